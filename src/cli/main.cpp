@@ -1,0 +1,32 @@
+// pagellm: one binary, one subcommand per file (cli/cmd_*.cpp).
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pagellm: an LLM serving engine (paged KV cache, continuous batching)"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warn, error, off")->capture_default_str();
+  app.set_version_flag("--version", std::string(PAGELLM_VERSION) + " (" PAGELLM_GIT_COMMIT ")");
+  app.parse_complete_callback([&] { pagellm::init_logging(log_level); });
+
+  pagellm::cli::register_all_commands(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const pagellm::cli::CommandError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,130 @@
+#include "core/dtype.h"
+
+#include "core/check.h"
+
+namespace pagellm {
+
+size_t dtype_size_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
+
+bool parse_dtype(std::string_view name, DType* out) {
+  if (name == "f32" || name == "float32" || name == "float") *out = DType::kF32;
+  else if (name == "bf16" || name == "bfloat16") *out = DType::kBF16;
+  else if (name == "f16" || name == "float16" || name == "half") *out = DType::kF16;
+  else return false;
+  return true;
+}
+
+uint16_t f32_to_f16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
+  if (exponent >= -14) {  // normal f16
+    const uint32_t mantissa = abs_bits & 0x7fffffu;
+    uint32_t half = (static_cast<uint32_t>(exponent + 15) << 10) | (mantissa >> 13);
+    const uint32_t rest = mantissa & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half += 1;  // may carry into exponent
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (exponent < -25) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
+  // Subnormal: value = m * 2^-24 with m < 1024; shift the full 24-bit significand.
+  const uint32_t significand = (abs_bits & 0x7fffffu) | 0x800000u;
+  // value / 2^-24 = significand * 2^(exponent + 1): shift right by 14..24 bits.
+  const uint32_t shift = static_cast<uint32_t>(-exponent - 1);
+  uint32_t half = significand >> shift;
+  const uint32_t rest = significand & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (half & 1u))) half += 1;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float f16_bits_to_f32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  uint32_t out;
+  if (exponent == 0x1f) {
+    out = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    out = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400u) == 0);
+    out = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float value;
+  std::memcpy(&value, &out, 4);
+  return value;
+}
+
+void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count) {
+  switch (src_dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * 4);
+      return;
+    case DType::kBF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = bf16_bits_to_f32(in[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f16_bits_to_f32(in[i]);
+      return;
+    }
+    default:
+      CHECK_MSG(false, "convert_to_f32 from {}", dtype_name(src_dtype));
+  }
+}
+
+void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t count) {
+  switch (dst_dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * 4);
+      return;
+    case DType::kBF16: {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) out[i] = f32_to_bf16_bits(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) out[i] = f32_to_f16_bits(src[i]);
+      return;
+    }
+    default:
+      CHECK_MSG(false, "convert_from_f32 to {}", dtype_name(dst_dtype));
+  }
+}
+
+}  // namespace pagellm

@@ -1,0 +1,55 @@
+// Element types of tensors and exact conversions between them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace pagellm {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8 };
+
+size_t dtype_size_bytes(DType dtype);
+std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
+bool parse_dtype(std::string_view name, DType* out);  // accepts "f32"/"float32", "bf16"/"bfloat16", ...
+
+// bf16 = the top 16 bits of an f32. Round to nearest, ties to even; NaN stays NaN (quiet).
+inline uint16_t f32_to_bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+inline float bf16_bits_to_f32(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+// What transformers does when it casts an f32 activation to bf16 and back: the value bf16 can hold.
+inline float round_to_bf16(float value) { return bf16_bits_to_f32(f32_to_bf16_bits(value)); }
+
+// IEEE binary16, round to nearest even, subnormals and infinities exact.
+uint16_t f32_to_f16_bits(float value);
+float f16_bits_to_f32(uint16_t bits);
+inline float round_to_f16(float value) { return f16_bits_to_f32(f32_to_f16_bits(value)); }
+
+// Rounds `value` to what `dtype` can hold (f32: unchanged).
+inline float round_to_dtype(float value, DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return round_to_bf16(value);
+    case DType::kF16: return round_to_f16(value);
+    default: return value;
+  }
+}
+
+// Widen `count` elements of `src` (f32, bf16 or f16) into f32.
+void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count);
+// Narrow `count` f32 values into `dst` of `dst_dtype` (f32, bf16 or f16).
+void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t count);
+
+}  // namespace pagellm
