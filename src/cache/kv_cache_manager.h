@@ -1,0 +1,112 @@
+// KvCacheManager: per-request block tables over a BlockPool, with automatic prefix caching.
+//
+// Life of a request's blocks (block_size 4, prompt of 10 tokens, one cached block from another
+// request with the same first 4 tokens):
+//
+//   lookup_prefix(tokens)               -> CachedPrefix{blocks [7], 4 tokens}       no refs yet
+//   allocate(id, 4, 6, &prefix)         -> table [7, 2, 3]: 7 shared (ref 2), 2 and 3 fresh
+//       positions  0 1 2 3 | 4 5 6 7 | 8 9
+//       blocks     7       | 2       | 3 (half full)
+//   ... the model computes positions 4..9 ...
+//   cache_computed_blocks(id, tokens, 10) -> block 2 (full, computed) enters the index; 3 is partial
+//   allocate(id, 10, 1)                   -> position 10 fits in block 3: nothing new
+//   free(id)                              -> refs drop; 7 and 2 stay cached in the LRU, 3 is plain free
+//
+// Capacity is a return value: allocate() returns false, leaving nothing allocated, when the pool
+// cannot cover the request; the scheduler then preempts. Wrong use (unknown ids, double free) CHECKs.
+//
+// Prefix rules (as vLLM): only full blocks are keyed (block_hash.h); a lookup never covers the whole
+// sequence, so at least its last token is computed and produces logits; blocks enter the index only
+// after their tokens have been computed (cache_computed_blocks), so a hit never reads unwritten KV.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/block_pool.h"
+#include "cache/ids.h"
+
+namespace pagellm {
+
+struct KvCacheConfig {
+  int num_blocks = 0;
+  int block_size = 16;  // tokens per block
+  bool enable_prefix_caching = true;
+};
+
+// The longest run of leading full blocks of a token sequence whose content is already cached.
+// A view of the pool at lookup time: pass it to allocate() before anything else touches the pool.
+struct CachedPrefix {
+  std::vector<BlockId> block_ids;       // [num_hit_blocks], in position order
+  std::vector<BlockHash> block_hashes;  // [num_hit_blocks], their hash chain
+  int num_cached_tokens = 0;            // num_hit_blocks * block_size
+  int num_query_tokens = 0;             // length of the looked-up sequence (hit-rate denominator)
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  int block_size() const { return config_.block_size; }
+  int num_blocks() const { return pool_.num_blocks(); }
+  int num_free_blocks() const { return pool_.num_free_blocks(); }
+  int num_used_blocks() const { return pool_.num_used_blocks(); }
+  bool prefix_caching_enabled() const { return config_.enable_prefix_caching; }
+
+  // Cached leading full blocks of `token_ids` (a request's prompt, or prompt + outputs when it
+  // resumes after preemption). Covers at most token_ids.size() - 1 tokens. Takes no references:
+  // allocate() takes them, so a request that cannot be admitted leaves the LRU order untouched.
+  // Empty when prefix caching is off.
+  CachedPrefix lookup_prefix(std::span<const TokenId> token_ids) const;
+
+  // Makes request_id's block table cover positions [0, num_tokens_computed + num_new_tokens).
+  // A request seen for the first time may start from `prefix` (from lookup_prefix, just now): its
+  // blocks head the table (one reference each) and num_tokens_computed must equal
+  // prefix->num_cached_tokens. Returns false and changes nothing when there are not enough blocks.
+  bool allocate(RequestId request_id, int num_tokens_computed, int num_new_tokens,
+                const CachedPrefix* prefix = nullptr);
+
+  // The request's tokens at positions [0, num_tokens_computed) now hold KV: its newly full blocks
+  // enter the prefix index. token_ids = the request's tokens (prompt + outputs), at least that many.
+  void cache_computed_blocks(RequestId request_id, std::span<const TokenId> token_ids,
+                             int num_tokens_computed);
+
+  // Drops the request's references (last block first, so a chain's tail is evicted before its head).
+  // Cached full blocks wait in the LRU for a later hit. No-op for an unknown id.
+  void free(RequestId request_id);
+
+  bool has_request(RequestId request_id) const { return tables_.contains(request_id); }
+  // [num_blocks_of_request]; valid until the next call that changes this request.
+  std::span<const BlockId> block_table(RequestId request_id) const;
+
+  // Prefix-cache accounting, in tokens, over admissions (allocate with a prefix).
+  int64_t num_prefix_query_tokens() const { return num_prefix_query_tokens_; }
+  int64_t num_prefix_hit_tokens() const { return num_prefix_hit_tokens_; }
+  double prefix_hit_rate() const;  // hits / queries; 0 before any query
+  int64_t num_evictions() const { return pool_.num_evictions(); }
+  int num_cached_blocks() const { return pool_.num_cached_blocks(); }
+
+  // Forgets cached content of free blocks (benchmark passes that must start cold).
+  void reset_prefix_cache() { pool_.evict_all_free_cached(); }
+
+  // Leak check: no request holds blocks, every ref count is zero.
+  bool is_leak_free() const;
+
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  struct RequestBlocks {
+    std::vector<BlockId> block_ids;       // the block table
+    std::vector<BlockHash> block_hashes;  // chain over the leading blocks already offered to the index
+  };
+
+  KvCacheConfig config_;
+  BlockPool pool_;
+  std::unordered_map<RequestId, RequestBlocks> tables_;
+  int64_t num_prefix_query_tokens_ = 0;
+  int64_t num_prefix_hit_tokens_ = 0;
+};
+
+}  // namespace pagellm
