@@ -1,0 +1,90 @@
+// Qwen3 on the CPU backend against fixtures written by transformers (tools/hf_golden.py, see
+// tests/golden/qwen3/README.md): f32 checkpoints must give the same greedy tokens and logits within
+// 1e-4 relative; bf16 checkpoints the same greedy tokens while the oracle's margin is clear, and
+// logits within a bf16 tolerance.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "runner/sequence_generator.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/qwen3";
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  if (!fs::exists(kFixtures)) return names;
+  for (const auto& entry : fs::directory_iterator(kFixtures))
+    if (fs::exists(entry.path() / "expected.json")) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+class Qwen3Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Qwen3Golden, MatchesTransformers) {
+  const fs::path dir = kFixtures / GetParam();
+  const nlohmann::json expected = read_json(dir / "expected.json");
+  const bool is_f32 = expected["dtype"] == "float32";
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.has_value()) << backend.status().message();
+  auto model = load_model(dir.string(), **backend);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+
+  for (const auto& c : expected["cases"]) {
+    const std::vector<int32_t> prompt = c["prompt_ids"];
+    const std::vector<int32_t> want = c["greedy_token_ids"];
+    const std::vector<float> margins = c["top1_margins"];
+    const std::vector<float> want_logits = c["prompt_next_token_logits"];
+    SequenceOptions options;
+    options.max_tokens = static_cast<int>(want.size());
+    auto got = generate_sequence(**model, **backend, prompt, options);
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    SCOPED_TRACE("prompt of " + std::to_string(prompt.size()) + " tokens");
+
+    ASSERT_EQ(got->prompt_logits.size(), want_logits.size());
+    double max_abs_logit = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < want_logits.size(); ++i) {
+      max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(want_logits[i])));
+      max_err = std::max(max_err, std::fabs(static_cast<double>(got->prompt_logits[i]) - want_logits[i]));
+    }
+    if (is_f32) {
+      EXPECT_LE(max_err, 1e-4 * std::max(1.0, max_abs_logit)) << "max |logit| " << max_abs_logit;
+      EXPECT_EQ(got->token_ids, want);
+    } else {
+      // bf16: every op rounds to 8 bits of mantissa; 2% of the logit range is a few bf16 ulps of
+      // the largest logits after the rounding noise of every layer.
+      EXPECT_LE(max_err, 0.02 * std::max(1.0, max_abs_logit)) << "max |logit| " << max_abs_logit;
+      // Tokens must agree while the oracle's choice is clear; after the first near-tie the two
+      // computations may legitimately part ways.
+      size_t checked = 0;
+      for (size_t i = 0; i < want.size() && margins[i] > 0.05 * max_abs_logit; ++i, ++checked)
+        ASSERT_EQ(got->token_ids[i], want[i]) << "step " << i << " (oracle margin " << margins[i] << ")";
+      EXPECT_GE(checked, 1u) << "the first greedy step must have a clear margin";
+    }
+    std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", GetParam().c_str(),
+                 prompt.size(), max_err, max_abs_logit);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3Golden, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Qwen3Golden);
+
+}  // namespace
+}  // namespace pagellm
