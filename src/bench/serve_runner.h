@@ -1,0 +1,46 @@
+// Runs one `bench serve` load: issues the dataset's requests at their arrival times, at most
+// max_concurrency at a time, over one HttpClient on the calling thread, and measures each one.
+//
+//   arrival time reached ─▶ waiting queue ─▶ (in flight < cap) ─▶ clock starts, POST sent
+//
+// The request clock starts when the request is sent, after any wait for a concurrency slot
+// (vLLM's rule), so TTFT measures the server, not the client's queue.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bench/base_url.h"
+#include "bench/dataset.h"
+#include "bench/metrics.h"
+#include "bench/openai_stream.h"
+#include "core/status.h"
+
+namespace pagellm::bench {
+
+struct ServeConfig {
+  BaseUrl base_url;
+  RequestOptions request;  // model, endpoint, ignore_eos
+  double request_rate = std::numeric_limits<double>::infinity();  // requests/s
+  double burstiness = 1.0;
+  int max_concurrency = 0;  // 0: no cap
+  uint64_t seed = 0;
+  std::string extra_headers;  // e.g. "Authorization: Bearer KEY\r\n"
+  bool show_progress = true;
+};
+
+struct RunResult {
+  std::vector<RequestRecord> records;  // in dataset order
+  double duration_s = 0.0;             // first request issued .. last one finished
+  int peak_concurrency = 0;            // most requests in flight at once
+  int64_t num_sse_events = 0;          // every event received, [DONE] and usage included
+  double client_cpu_s = 0.0;           // CPU time of the client thread during the run
+};
+
+Expected<RunResult> run_serve_benchmark(const ServeConfig& config,
+                                        const std::vector<BenchRequest>& requests);
+
+}  // namespace pagellm::bench
