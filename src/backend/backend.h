@@ -42,6 +42,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
 
+  // The dtype weights are stored in for a checkpoint whose activations are `activation_dtype`
+  // (the CPU widens to f32; GPUs keep the checkpoint's dtype).
+  virtual DType weight_dtype(DType activation_dtype) const = 0;
   // Zero-filled tensor on this backend's device.
   virtual Tensor alloc(Shape shape, DType dtype) = 0;
   // Copies between any two devices; shapes must have equal numel, dtypes equal.

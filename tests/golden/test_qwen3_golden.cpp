@@ -69,13 +69,15 @@ TEST_P(Qwen3Golden, MatchesTransformers) {
     } else {
       // bf16: every op rounds to 8 bits of mantissa; 2% of the logit range is a few bf16 ulps of
       // the largest logits after the rounding noise of every layer.
-      EXPECT_LE(max_err, 0.02 * std::max(1.0, max_abs_logit)) << "max |logit| " << max_abs_logit;
-      // Tokens must agree while the oracle's choice is clear; after the first near-tie the two
-      // computations may legitimately part ways.
-      size_t checked = 0;
-      for (size_t i = 0; i < want.size() && margins[i] > 0.05 * max_abs_logit; ++i, ++checked)
-        ASSERT_EQ(got->token_ids[i], want[i]) << "step " << i << " (oracle margin " << margins[i] << ")";
-      EXPECT_GE(checked, 1u) << "the first greedy step must have a clear margin";
+      const double tolerance = 0.02 * std::max(1.0, max_abs_logit);
+      EXPECT_LE(max_err, tolerance) << "max |logit| " << max_abs_logit;
+      // Greedy tokens must agree until the first step where the oracle itself was within the logit
+      // tolerance of a tie (bf16 logits tie often); a parting at a confident step is a bug.
+      size_t agreed = 0;
+      while (agreed < want.size() && got->token_ids[agreed] == want[agreed]) ++agreed;
+      if (agreed < want.size())
+        EXPECT_LE(margins[agreed], 2 * tolerance) << "parted from the oracle at step " << agreed;
+      std::fprintf(stderr, "  bf16: %zu of %zu greedy tokens agree\n", agreed, want.size());
     }
     std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", GetParam().c_str(),
                  prompt.size(), max_err, max_abs_logit);

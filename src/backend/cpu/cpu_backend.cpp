@@ -1,0 +1,240 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/rows.h"
+#include "core/thread_pool.h"
+
+namespace pagellm {
+
+namespace cpu {
+
+void load_row_f32(const TensorView& v, const RowLayout& layout, int64_t r, float* dst) {
+  const size_t elem = dtype_size_bytes(v.dtype);
+  const char* src = static_cast<const char*>(v.data) + static_cast<size_t>(layout.offset(r)) * elem;
+  convert_to_f32(src, v.dtype, dst, static_cast<size_t>(layout.row_size));
+}
+
+void store_row_f32(TensorView v, const RowLayout& layout, int64_t r, const float* src) {
+  const size_t elem = dtype_size_bytes(v.dtype);
+  char* dst = static_cast<char*>(v.data) + static_cast<size_t>(layout.offset(r)) * elem;
+  convert_from_f32(src, dst, v.dtype, static_cast<size_t>(layout.row_size));
+}
+
+}  // namespace cpu
+
+using cpu::load_row_f32;
+using cpu::RowLayout;
+using cpu::store_row_f32;
+
+namespace {
+
+// Runs fn(row, scratch_a, scratch_b) over all rows of a layout on the global pool, giving each
+// worker two f32 scratch rows of `scratch_size` elements.
+template <typename Fn>
+void parallel_rows(int64_t num_rows, int64_t scratch_size, Fn fn) {
+  ThreadPool::global().parallel_for(num_rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> a(static_cast<size_t>(scratch_size)), b(static_cast<size_t>(scratch_size));
+    for (int64_t r = begin; r < end; ++r) fn(r, a.data(), b.data());
+  });
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+Tensor CpuBackend::alloc(Shape shape, DType dtype) { return Tensor::cpu(shape, dtype); }
+
+void CpuBackend::copy(TensorView dst, const TensorView& src) {
+  CHECK_MSG(dst.device == Device::kCpu && src.device == Device::kCpu, "cpu backend copies host memory");
+  CHECK_MSG(dst.numel() == src.numel() && dst.dtype == src.dtype, "copy {} {} -> {} {}",
+            src.shape.to_string(), dtype_name(src.dtype), dst.shape.to_string(), dtype_name(dst.dtype));
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    std::memcpy(dst.data, src.data, src.nbytes());
+    return;
+  }
+  const RowLayout in(src), out(dst);
+  CHECK(in.row_size == out.row_size);
+  const size_t row_bytes = static_cast<size_t>(in.row_size) * dtype_size_bytes(src.dtype);
+  const size_t elem = dtype_size_bytes(src.dtype);
+  for (int64_t r = 0; r < in.num_rows; ++r)
+    std::memcpy(static_cast<char*>(dst.data) + static_cast<size_t>(out.offset(r)) * elem,
+                static_cast<const char*>(src.data) + static_cast<size_t>(in.offset(r)) * elem, row_bytes);
+}
+
+void CpuBackend::matmul(TensorView out, const TensorView& x, const TensorView& w) {
+  CHECK_MSG(w.dtype == DType::kF32 && w.is_contiguous(), "cpu matmul wants contiguous f32 weights");
+  CHECK(x.ndim() == 2 && w.ndim() == 2 && out.ndim() == 2);
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  CHECK_MSG(w.size(1) == k && out.size(0) == m && out.size(1) == n, "matmul shapes x{} w{} out{}",
+            x.shape.to_string(), w.shape.to_string(), out.shape.to_string());
+  if (m == 0) return;
+  // x: use it in place when it is f32 with unit column stride; else widen a copy.
+  std::vector<float> x_f32;
+  const float* x_ptr = x.ptr<float>();
+  int64_t ldx = x.strides[0];
+  if (x.dtype != DType::kF32 || x.strides[1] != 1) {
+    x_f32.resize(static_cast<size_t>(m * k));
+    const RowLayout rows(x);
+    for (int64_t r = 0; r < m; ++r) load_row_f32(x, rows, r, x_f32.data() + r * k);
+    x_ptr = x_f32.data();
+    ldx = k;
+  }
+  std::vector<float> out_f32;
+  float* out_ptr = out.ptr<float>();
+  int64_t ldo = out.strides[0];
+  const bool direct = out.dtype == DType::kF32 && out.strides[1] == 1;
+  if (!direct) {
+    out_f32.resize(static_cast<size_t>(m * n));
+    out_ptr = out_f32.data();
+    ldo = n;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x_ptr, static_cast<int>(ldx), w.ptr<float>(),
+              static_cast<int>(k), 0.0f, out_ptr, static_cast<int>(ldo));
+  if (!direct) {
+    const RowLayout rows(out);
+    for (int64_t r = 0; r < m; ++r) store_row_f32(out, rows, r, out_f32.data() + r * n);
+  }
+}
+
+void CpuBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
+                          NormWeight mode) {
+  const RowLayout in(x), dst(out);
+  CHECK_MSG(in.row_size == w.numel() && dst.num_rows == in.num_rows && dst.row_size == in.row_size,
+            "rms_norm x{} w{} out{}", x.shape.to_string(), w.shape.to_string(), out.shape.to_string());
+  std::vector<float> weight(static_cast<size_t>(w.numel()));
+  convert_to_f32(w.data, w.dtype, weight.data(), weight.size());
+  const int64_t d = in.row_size;
+  parallel_rows(in.num_rows, d, [&](int64_t r, float* row, float*) {
+    load_row_f32(x, in, r, row);
+    double sum_sq = 0.0;  // the order of summation differs from torch anyway; f64 keeps it tight
+    for (int64_t i = 0; i < d; ++i) sum_sq += static_cast<double>(row[i]) * row[i];
+    const float inv_rms = 1.0f / std::sqrt(static_cast<float>(sum_sq / static_cast<double>(d)) + eps);
+    if (mode == NormWeight::kPlain) {
+      // transformers casts the normalised value to the activation dtype before the weight multiply.
+      for (int64_t i = 0; i < d; ++i) row[i] = weight[i] * round_to_dtype(row[i] * inv_rms, out.dtype);
+    } else {
+      for (int64_t i = 0; i < d; ++i) row[i] = row[i] * inv_rms * (1.0f + weight[i]);
+    }
+    store_row_f32(out, dst, r, row);
+  });
+}
+
+void CpuBackend::add(TensorView out, const TensorView& a, const TensorView& b) {
+  const RowLayout la(a), lb(b), lo(out);
+  CHECK_MSG(la.num_rows == lb.num_rows && la.row_size == lb.row_size && lo.num_rows == la.num_rows &&
+                lo.row_size == la.row_size,
+            "add a{} b{} out{}", a.shape.to_string(), b.shape.to_string(), out.shape.to_string());
+  parallel_rows(la.num_rows, la.row_size, [&](int64_t r, float* ra, float* rb) {
+    load_row_f32(a, la, r, ra);
+    load_row_f32(b, lb, r, rb);
+    for (int64_t i = 0; i < la.row_size; ++i) ra[i] += rb[i];
+    store_row_f32(out, lo, r, ra);
+  });
+}
+
+void CpuBackend::rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
+                      float attention_scaling) {
+  CHECK(x.ndim() == 3 && positions.dtype == DType::kI32 && inv_freq.dtype == DType::kF32);
+  const int64_t num_tokens = x.size(0), num_heads = x.size(1), head_dim = x.size(2);
+  const int64_t half = inv_freq.numel();
+  CHECK_MSG(2 * half <= head_dim && positions.numel() == num_tokens, "rope x{} inv_freq{} positions{}",
+            x.shape.to_string(), inv_freq.shape.to_string(), positions.shape.to_string());
+  const RowLayout rows(x);
+  const float* freq = inv_freq.ptr<float>();
+  const int32_t* pos = positions.ptr<int32_t>();
+  const DType dt = x.dtype;
+  ThreadPool::global().parallel_for(num_tokens, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+    std::vector<float> row(static_cast<size_t>(head_dim));
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t m = 0; m < half; ++m) {
+        const float angle = static_cast<float>(pos[t]) * freq[m];
+        cos_t[m] = round_to_dtype(std::cos(angle) * attention_scaling, dt);
+        sin_t[m] = round_to_dtype(std::sin(angle) * attention_scaling, dt);
+      }
+      for (int64_t h = 0; h < num_heads; ++h) {
+        const int64_t r = t * num_heads + h;
+        load_row_f32(x, rows, r, row.data());
+        // Pairs are (j, j + half): x' = x*cos + rotate_half(x)*sin, each product rounded as torch does.
+        for (int64_t j = 0; j < half; ++j) {
+          const float lo = row[j], hi = row[j + half];
+          const float lo_out = round_to_dtype(lo * cos_t[j], dt) + round_to_dtype(-hi * sin_t[j], dt);
+          const float hi_out = round_to_dtype(hi * cos_t[j], dt) + round_to_dtype(lo * sin_t[j], dt);
+          row[j] = lo_out;
+          row[j + half] = hi_out;
+        }
+        store_row_f32(x, rows, r, row.data());
+      }
+    }
+  });
+}
+
+void CpuBackend::silu_mul(TensorView out, const TensorView& gate_up) {
+  const RowLayout in(gate_up), dst(out);
+  const int64_t width = dst.row_size;
+  CHECK_MSG(in.row_size == 2 * width && in.num_rows == dst.num_rows, "silu_mul gate_up{} out{}",
+            gate_up.shape.to_string(), out.shape.to_string());
+  parallel_rows(in.num_rows, 2 * width, [&](int64_t r, float* row, float*) {
+    load_row_f32(gate_up, in, r, row);
+    // transformers rounds silu(gate) to the activation dtype before multiplying by up.
+    for (int64_t i = 0; i < width; ++i) row[i] = round_to_dtype(silu(row[i]), out.dtype) * row[width + i];
+    store_row_f32(out, dst, r, row);
+  });
+}
+
+void CpuBackend::embedding(TensorView out, const TensorView& table, const TensorView& ids) {
+  CHECK(ids.dtype == DType::kI32 && table.ndim() == 2);
+  const int64_t num_tokens = ids.numel(), hidden = table.size(1), vocab = table.size(0);
+  const RowLayout src(table), dst(out);
+  CHECK(dst.num_rows == num_tokens && dst.row_size == hidden);
+  const int32_t* id = ids.ptr<int32_t>();
+  parallel_rows(num_tokens, hidden, [&](int64_t t, float* row, float*) {
+    CHECK_MSG(id[t] >= 0 && id[t] < vocab, "token id {} outside vocab {}", id[t], vocab);
+    load_row_f32(table, src, id[t], row);
+    store_row_f32(out, dst, t, row);
+  });
+}
+
+void CpuBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k,
+                          const TensorView& v, const TensorView& slot_mapping) {
+  cpu::write_kv(k_cache, v_cache, k, v, slot_mapping);
+}
+
+void CpuBackend::attention(TensorView out, const TensorView& q, const TensorView& k_cache,
+                           const TensorView& v_cache, const AttentionParams& params) {
+  cpu::attention(out, q, k_cache, v_cache, params);
+}
+
+void CpuBackend::argmax(TensorView ids, const TensorView& logits) {
+  const RowLayout rows(logits);
+  CHECK(ids.dtype == DType::kI32 && ids.numel() == rows.num_rows);
+  parallel_rows(rows.num_rows, rows.row_size, [&](int64_t r, float* row, float*) {
+    load_row_f32(logits, rows, r, row);
+    // First index of the maximum, as torch.argmax.
+    ids.ptr<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + rows.row_size) - row);
+  });
+}
+
+void CpuBackend::log_softmax(TensorView out, const TensorView& logits) {
+  const RowLayout in(logits), dst(out);
+  CHECK(out.dtype == DType::kF32 && dst.num_rows == in.num_rows && dst.row_size == in.row_size);
+  parallel_rows(in.num_rows, in.row_size, [&](int64_t r, float* row, float*) {
+    load_row_f32(logits, in, r, row);
+    const float max_value = *std::max_element(row, row + in.row_size);
+    double sum = 0.0;
+    for (int64_t i = 0; i < in.row_size; ++i) sum += std::exp(static_cast<double>(row[i] - max_value));
+    const float log_sum = static_cast<float>(std::log(sum)) + max_value;
+    for (int64_t i = 0; i < in.row_size; ++i) row[i] -= log_sum;
+    store_row_f32(out, dst, r, row);
+  });
+}
+
+}  // namespace pagellm

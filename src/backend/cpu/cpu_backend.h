@@ -1,0 +1,35 @@
+// The CPU backend: the readable reference every other backend is compared with.
+// Weights are expected in f32 (widened at load); activations may be f32, bf16 or f16 and every op
+// rounds its output to the output's dtype, which reproduces transformers' rounding points.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace pagellm {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override { return "cpu"; }
+  DType weight_dtype(DType) const override { return DType::kF32; }
+  Tensor alloc(Shape shape, DType dtype) override;
+  void copy(TensorView dst, const TensorView& src) override;
+  void synchronize() override {}
+
+  void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
+  void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
+                NormWeight mode) override;
+  void add(TensorView out, const TensorView& a, const TensorView& b) override;
+  void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
+            float attention_scaling) override;
+  void silu_mul(TensorView out, const TensorView& gate_up) override;
+  void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
+  void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
+                const TensorView& slot_mapping) override;
+  void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
+                 const TensorView& v_cache, const AttentionParams& params) override;
+  void argmax(TensorView ids, const TensorView& logits) override;
+  void log_softmax(TensorView out, const TensorView& logits) override;
+};
+
+}  // namespace pagellm

@@ -1,0 +1,39 @@
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "model/make_model.h"
+
+namespace pagellm::cli {
+
+void add_make_model_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("make-model", "Write a Hugging Face checkpoint with deterministic random weights");
+  auto options = std::make_shared<MakeModelOptions>();
+  auto dtype_name_arg = std::make_shared<std::string>("bf16");
+  auto no_tokenizer = std::make_shared<bool>(false);
+  cmd->add_option("--preset", options->preset, fmt::format("one of: {}", fmt::join(make_model_presets(), ", ")))
+      ->capture_default_str();
+  cmd->add_option("--out", options->out_dir, "output folder")->required();
+  cmd->add_option("--seed", options->seed, "same seed => byte-identical files")->capture_default_str();
+  cmd->add_option("--dtype", *dtype_name_arg, "bf16, f16 or f32")->capture_default_str();
+  cmd->add_option("--weight-std", options->weight_std, "std of the random matrix entries")->capture_default_str();
+  cmd->add_option("--tokenizer", options->tokenizer_dir, "folder with tokenizer.json to copy (default: assets/tokenizers/qwen3)");
+  cmd->add_flag("--no-tokenizer", *no_tokenizer, "write no tokenizer files");
+  cmd->callback([options, dtype_name_arg, no_tokenizer] {
+    if (!parse_dtype(*dtype_name_arg, &options->dtype))
+      throw CommandError(fmt::format("[make-model] unknown dtype '{}': bf16, f16 or f32", *dtype_name_arg));
+    if (*no_tokenizer) {
+      options->tokenizer_dir.clear();
+    } else if (options->tokenizer_dir.empty() && !default_tokenizer_assets_dir().empty()) {
+      options->tokenizer_dir = (std::filesystem::path(default_tokenizer_assets_dir()) / "qwen3").string();
+    }
+    throw_if_error(make_model(*options));
+    std::printf("wrote %s (preset %s, seed %llu, %s, random weights)\n", options->out_dir.c_str(),
+                options->preset.c_str(), static_cast<unsigned long long>(options->seed),
+                std::string(dtype_name(options->dtype)).c_str());
+  });
+}
+
+}  // namespace pagellm::cli

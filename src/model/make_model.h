@@ -1,0 +1,35 @@
+// make-model: complete Hugging Face checkpoints (config.json, model.safetensors, tokenizer files)
+// with deterministic random weights. Random weights cost exactly what trained ones cost to run, so
+// these serve the demo, the tests and the benchmarks. Same preset + seed + dtype => the same bytes
+// on any machine (integer PRNG, no libm in the weight path).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace pagellm {
+
+struct MakeModelOptions {
+  std::string preset = "qwen3-tiny";
+  std::string out_dir;
+  uint64_t seed = 0;
+  DType dtype = DType::kBF16;
+  std::string tokenizer_dir;  // copy tokenizer.json / tokenizer_config.json from here if non-empty
+  double weight_std = 0.02;   // std of matrix entries (uniform distribution)
+};
+
+std::vector<std::string> make_model_presets();
+Status make_model(const MakeModelOptions& options);
+
+// The folder holding the real tokenizers fetched by scripts/setup.sh (assets/tokenizers), or "".
+std::string default_tokenizer_assets_dir();
+
+// The embedded demo model (qwen3-tiny with the Qwen3 tokenizer), made on first use under
+// $PAGELLM_CACHE or ~/.cache/pagellm. Returns its folder.
+Expected<std::string> ensure_demo_model();
+
+}  // namespace pagellm

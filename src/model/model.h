@@ -1,0 +1,30 @@
+// Model: one forward over a packed StepBatch. Models never see requests or the scheduler.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/step_batch.h"
+
+namespace pagellm {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual MemorySpec memory_spec() const = 0;
+  // Dtype of activations, logits and KV cache (the checkpoint's dtype).
+  DType activation_dtype() const { return config().dtype; }
+  // Writes logits[R, vocab] (activation dtype) for the rows batch.logits_rows selects.
+  virtual void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) = 0;
+};
+
+// Loads a model folder (config.json + safetensors) onto `backend`. Unknown architectures are an
+// error that lists the supported ones.
+Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend);
+std::vector<std::string> supported_architectures();
+
+}  // namespace pagellm

@@ -1,0 +1,44 @@
+// "architectures" in config.json -> the factory that builds that model.
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "model/qwen3.h"
+
+namespace pagellm {
+
+namespace {
+
+using Factory = std::function<Expected<std::unique_ptr<Model>>(const ModelConfig&, const Checkpoint&, Backend&)>;
+
+const std::map<std::string, Factory>& factories() {
+  static const std::map<std::string, Factory> table = {
+      {"Qwen3ForCausalLM", make_qwen3},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : factories()) names.push_back(name);
+  return names;
+}
+
+Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend) {
+  const std::string config_path = (std::filesystem::path(model_dir) / "config.json").string();
+  PAGELLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(config_path));
+  const auto it = factories().find(config.architecture);
+  if (it == factories().end())
+    return unimplemented("[model] architecture '{}' is not supported; supported: {}", config.architecture,
+                         fmt::join(supported_architectures(), ", "));
+  PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
+  return it->second(config, checkpoint, backend);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,55 @@
+// StepBatch: one engine step's tokens packed flat, as the model sees them (on the backend's device).
+//
+//   tokens:     | seq 0: chunk of prompt | seq 1: 1 decode token | seq 2: ... |
+//   cu_seqlens_q  [0,                     n0,                      n0+1, ...]   (B+1)
+//   positions   restart per sequence: seq s's first new token sits at seq_lens_k[s] - q_len(s)
+//   slot_mapping[t] = block_tables[s][pos / block_size] * block_size + pos % block_size  (-1 = skip)
+//   logits_rows: indices t of the tokens whose next-token logits are wanted (last of each sampling seq)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pagellm {
+
+struct StepBatch {
+  int64_t num_tokens = 0;
+  int64_t num_seqs = 0;
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+  TensorView token_ids;     // [T], i32
+  TensorView positions;     // [T], i32
+  TensorView cu_seqlens_q;  // [B + 1], i32
+  TensorView seq_lens_k;    // [B], i32: context length after this step
+  TensorView block_tables;  // [B, max_blocks_per_seq], i32
+  TensorView slot_mapping;  // [T], i64
+  TensorView logits_rows;   // [R], i32
+};
+
+// The KV cache of one attention layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim],
+// in the model's activation dtype.
+struct KvCacheView {
+  TensorView k;
+  TensorView v;
+};
+
+struct CacheViews {
+  std::vector<KvCacheView> attention_layers;  // indexed by attention-layer ordinal, not layer index
+};
+
+// What the engine must allocate for the model.
+struct MemorySpec {
+  int64_t num_attention_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType kv_dtype = DType::kF32;
+  // Bytes one block of `block_size` tokens costs across all attention layers (K and V).
+  int64_t kv_bytes_per_block(int64_t block_size) const {
+    return 2 * num_attention_layers * block_size * num_kv_heads * head_dim *
+           static_cast<int64_t>(dtype_size_bytes(kv_dtype));
+  }
+};
+
+}  // namespace pagellm
