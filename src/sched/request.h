@@ -1,0 +1,121 @@
+// Request: one generation as the scheduler tracks it — tokens, progress, status, sampling params.
+//
+// State machine (the scheduler drives every transition; the engine only reads):
+//
+//   add() ─▶ kWaiting ──admit──▶ kRunning ──commit: EOS / stop id / max_tokens──▶ kFinishedStopped
+//                ▲                  │                                             kFinishedLength
+//                │              preempt (blocks freed, num_tokens_computed = 0)
+//                └──── kPreempted ◀─┘   (re-queued at the front of the waiting queue)
+//   abort() from any live state ──▶ kFinishedAborted (blocks freed at once)
+//
+// Tokens are one sequence, prompt then outputs:
+//
+//   token_ids   [p0 p1 ... p(P-1) | o0 o1 ... o(O-1)]
+//                ◀── computed ──▶◀── missing ──▶       num_tokens_computed ≤ num_tokens = P + O
+//
+// A running request always misses at least one token: the last sampled one has no KV yet.
+// After preemption all tokens are missing again and outputs are recomputed like prompt tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "cache/ids.h"
+#include "core/status.h"
+
+namespace pagellm {
+
+enum class RequestStatus {
+  kWaiting,
+  kRunning,
+  kPreempted,  // waiting again, after preemption
+  kFinishedStopped,
+  kFinishedLength,
+  kFinishedAborted,
+};
+
+// OpenAI finish_reason: "stop", "length", "abort".
+enum class FinishReason { kStop, kLength, kAbort };
+
+std::string_view finish_reason_name(FinishReason reason);
+std::string_view request_status_name(RequestStatus status);
+bool is_finished(RequestStatus status);
+RequestStatus finished_status(FinishReason reason);
+
+// What the sampler needs for one request, plus the stop conditions the scheduler checks.
+struct SamplingParams {
+  float temperature = 1.0f;        // 0 = greedy
+  float top_p = 1.0f;              // (0, 1]; 1 = off
+  int top_k = 0;                   // 0 or -1 = off
+  float min_p = 0.0f;              // [0, 1]; 0 = off
+  std::optional<uint64_t> seed;    // same seed + same prompt ⇒ same tokens, alone or in a batch
+  int max_tokens = 16;             // ≥ 1 output tokens at most
+  int min_tokens = 0;              // EOS and stop_token_ids do not stop before this many outputs
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  std::vector<TokenId> eos_token_ids;  // from the checkpoint (set by the engine, not by users)
+  float presence_penalty = 0.0f;       // [-2, 2], on output tokens
+  float frequency_penalty = 0.0f;      // [-2, 2], on output tokens
+  float repetition_penalty = 1.0f;     // > 0, on prompt + output tokens; 1 = off
+  std::optional<int> num_logprobs;     // top-K alternatives per sampled token; nullopt = none
+
+  bool is_greedy() const { return temperature == 0.0f; }
+  // True when sampling depends on earlier tokens (penalties): the plan then carries the history.
+  bool needs_token_history() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
+  Status validate() const;  // "[sampling] top_p must be in (0, 1], got 1.5"
+};
+
+class Request {
+ public:
+  Request(RequestId id, std::vector<TokenId> prompt_token_ids, SamplingParams sampling);
+
+  RequestId id() const { return id_; }
+  RequestStatus status() const { return status_; }
+  const SamplingParams& sampling() const { return *sampling_; }
+  // Shared and immutable, so a StepPlan row can carry it without copying the stop-token lists.
+  const std::shared_ptr<const SamplingParams>& sampling_ptr() const { return sampling_; }
+
+  std::span<const TokenId> token_ids() const { return token_ids_; }  // prompt + outputs
+  std::span<const TokenId> prompt_token_ids() const;
+  std::span<const TokenId> output_token_ids() const;
+  int num_tokens() const { return static_cast<int>(token_ids_.size()); }
+  int num_prompt_tokens() const { return num_prompt_tokens_; }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  int num_tokens_computed() const { return num_tokens_computed_; }
+  int num_missing_tokens() const { return num_tokens() - num_tokens_computed_; }
+
+  uint64_t arrival_index() const { return arrival_index_; }
+  int num_preemptions() const { return num_preemptions_; }
+  int num_prefix_cached_tokens() const { return num_prefix_cached_tokens_; }  // at last admission
+
+  // After appending the last sampled token: why the request ends now, if it does. Order as vLLM:
+  // nothing before min_tokens; then EOS (unless ignore_eos), stop_token_ids, max_tokens.
+  std::optional<FinishReason> stop_reason() const;
+
+  // --- transitions, called by the Scheduler only ---
+  void set_arrival_index(uint64_t index) { arrival_index_ = index; }
+  void admit(int num_prefix_cached_tokens);
+  void preempt();
+  void add_computed_tokens(int num_tokens);
+  void append_output(TokenId token_id);
+  void finish(FinishReason reason);
+
+ private:
+  RequestId id_;
+  std::vector<TokenId> token_ids_;  // prompt then outputs
+  int num_prompt_tokens_;
+  std::shared_ptr<const SamplingParams> sampling_;
+  RequestStatus status_ = RequestStatus::kWaiting;
+  int num_tokens_computed_ = 0;     // tokens whose KV is in the cache
+  uint64_t arrival_index_ = 0;
+  int num_preemptions_ = 0;
+  int num_prefix_cached_tokens_ = 0;
+};
+
+}  // namespace pagellm

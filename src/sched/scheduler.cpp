@@ -1,0 +1,260 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include "cache/slot_mapping.h"
+#include "core/check.h"
+
+namespace pagellm {
+
+Status SchedulerConfig::validate() const {
+  if (max_num_seqs < 1) return invalid_argument("[scheduler] max_num_seqs must be >= 1, got {}", max_num_seqs);
+  if (max_num_batched_tokens < 1) {
+    return invalid_argument("[scheduler] max_num_batched_tokens must be >= 1, got {}",
+                            max_num_batched_tokens);
+  }
+  if (block_size < 1) return invalid_argument("[scheduler] block_size must be >= 1, got {}", block_size);
+  if (num_blocks < 1) return invalid_argument("[scheduler] num_blocks must be >= 1, got {}", num_blocks);
+  if (max_model_len < 1) return invalid_argument("[scheduler] max_model_len must be >= 1, got {}", max_model_len);
+  if (long_prefill_token_threshold < 0) {
+    return invalid_argument("[scheduler] long_prefill_token_threshold must be >= 0, got {}",
+                            long_prefill_token_threshold);
+  }
+  return Status::ok();
+}
+
+namespace {
+KvCacheConfig kv_config_of(const SchedulerConfig& config) {
+  const Status status = config.validate();
+  CHECK_MSG(status.is_ok(), "{}", status.message());
+  return KvCacheConfig{config.num_blocks, config.block_size, config.enable_prefix_caching};
+}
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), kv_cache_(kv_config_of(config)) {}
+
+Status Scheduler::add(Request request) {
+  const RequestId id = request.id();
+  if (requests_.contains(id)) return invalid_argument("[scheduler] request id {} is already live", id);
+  if (request.num_prompt_tokens() == 0) return invalid_argument("[scheduler] request {}: prompt is empty", id);
+  CHECK_MSG(request.status() == RequestStatus::kWaiting && request.num_output_tokens() == 0,
+            "add() takes a fresh request");
+  PAGELLM_RETURN_IF_ERROR(request.sampling().validate());
+  const int64_t num_prompt_tokens = request.num_prompt_tokens();
+  const int64_t max_tokens = request.sampling().max_tokens;
+  if (num_prompt_tokens + max_tokens > config_.max_model_len) {
+    return invalid_argument("[scheduler] prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
+                            num_prompt_tokens, max_tokens, config_.max_model_len);
+  }
+  // The last sampled token never needs KV; everything before it must fit at once.
+  const int num_blocks_needed =
+      num_blocks_for_tokens(num_prompt_tokens + max_tokens - 1, config_.block_size);
+  if (num_blocks_needed > config_.num_blocks) {
+    return invalid_argument(
+        "[scheduler] prompt of {} tokens + max_tokens {} needs {} KV blocks of {} tokens, but the "
+        "whole cache has {}",
+        num_prompt_tokens, max_tokens, num_blocks_needed, config_.block_size, config_.num_blocks);
+  }
+  request.set_arrival_index(next_arrival_index_++);
+  auto owned = std::make_unique<Request>(std::move(request));
+  waiting_.push_back(owned.get());
+  requests_.emplace(id, std::move(owned));
+  return Status::ok();
+}
+
+Status Scheduler::finish_early(RequestId request_id, FinishReason reason) {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end()) {
+    return Status(StatusCode::kNotFound,
+                  fmt::format("[scheduler] no live request with id {}", request_id));
+  }
+  finish(it->second.get(), reason);
+  return Status::ok();
+}
+
+int Scheduler::token_quota(const Request& request, int budget) const {
+  int num_tokens = std::min(request.num_missing_tokens(), budget);
+  if (config_.long_prefill_token_threshold > 0) {
+    num_tokens = std::min(num_tokens, config_.long_prefill_token_threshold);
+  }
+  return num_tokens;
+}
+
+StepPlan Scheduler::schedule() {
+  CHECK_MSG(!uncommitted_step_.has_value(), "schedule() of step {} before commit() of step {}",
+            num_steps_, *uncommitted_step_);
+  StepPlan plan;
+  plan.step_index = num_steps_++;
+  plan.block_size = config_.block_size;
+  plan.finished_request_ids = std::move(finished_since_plan_);
+  finished_since_plan_.clear();
+
+  std::vector<Scheduled> scheduled;
+  int budget = config_.max_num_batched_tokens;
+  schedule_running(scheduled, budget, plan);
+  // A step that had to preempt is short of blocks: admitting now would only preempt again.
+  if (plan.preempted_request_ids.empty()) admit_waiting(scheduled, budget);
+
+  plan.rows.reserve(scheduled.size());
+  for (const Scheduled& entry : scheduled) plan.rows.push_back(make_row(entry));
+  uncommitted_step_ = plan.step_index;
+  return plan;
+}
+
+void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan) {
+  // Decodes first (their latency is what users see), then unfinished prefills; stable = oldest first.
+  std::vector<Request*> order = running_;
+  std::stable_partition(order.begin(), order.end(),
+                        [](const Request* r) { return r->num_missing_tokens() == 1; });
+  for (Request* request : order) {
+    if (budget == 0) break;
+    if (request->status() != RequestStatus::kRunning) continue;  // preempted earlier in this loop
+    const int num_new_tokens = token_quota(*request, budget);
+    bool fits = false;
+    while (!(fits = kv_cache_.allocate(request->id(), request->num_tokens_computed(),
+                                       num_new_tokens))) {
+      Request* victim = running_.back();
+      preempt(victim, scheduled, budget, plan);
+      if (victim == request) break;
+    }
+    if (!fits) continue;
+    scheduled.push_back({request, num_new_tokens, /*is_new=*/false});
+    budget -= num_new_tokens;
+  }
+}
+
+void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request* request = waiting_.front();
+    const CachedPrefix prefix = kv_cache_.lookup_prefix(request->token_ids());
+    const int num_tokens_computed = prefix.num_cached_tokens;
+    const int num_new_tokens =
+        std::min({request->num_tokens() - num_tokens_computed, budget,
+                  config_.long_prefill_token_threshold > 0 ? config_.long_prefill_token_threshold
+                                                           : budget});
+    if (!kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
+      break;  // FIFO: a later, smaller request does not overtake the head of the queue
+    }
+    waiting_.pop_front();
+    request->admit(num_tokens_computed);
+    running_.push_back(request);
+    scheduled.push_back({request, num_new_tokens, /*is_new=*/true});
+    budget -= num_new_tokens;
+  }
+}
+
+void Scheduler::preempt(Request* victim, std::vector<Scheduled>& scheduled, int& budget,
+                        StepPlan& plan) {
+  // A victim already given tokens this step (a decode scheduled before an older prefill) gives
+  // them back.
+  const auto it = std::find_if(scheduled.begin(), scheduled.end(),
+                               [victim](const Scheduled& s) { return s.request == victim; });
+  if (it != scheduled.end()) {
+    budget += it->num_new_tokens;
+    scheduled.erase(it);
+  }
+  kv_cache_.free(victim->id());
+  victim->preempt();
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  waiting_.push_front(victim);
+  plan.preempted_request_ids.push_back(victim->id());
+  ++num_preemptions_;
+}
+
+ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
+  const Request& request = *entry.request;
+  ScheduledRequest row;
+  row.request_id = request.id();
+  row.start_pos = request.num_tokens_computed();
+  const auto tokens = request.token_ids().subspan(row.start_pos, entry.num_new_tokens);
+  row.token_ids.assign(tokens.begin(), tokens.end());
+  const auto table = kv_cache_.block_table(request.id());
+  row.block_table.assign(table.begin(), table.end());
+  CHECK(static_cast<int>(row.block_table.size()) >=
+        num_blocks_for_tokens(row.context_len(), config_.block_size));
+  row.is_sampling = row.context_len() == request.num_tokens();
+  row.is_new = entry.is_new;
+  row.num_prompt_tokens = request.num_prompt_tokens();
+  row.num_output_tokens = request.num_output_tokens();
+  row.sampling = request.sampling_ptr();
+  if (row.is_sampling && request.sampling().needs_token_history()) {
+    row.history_token_ids.assign(request.token_ids().begin(), request.token_ids().end());
+  }
+  return row;
+}
+
+std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepResult& result) {
+  CHECK_MSG(uncommitted_step_ == plan.step_index, "commit() of step {} but step {} is pending",
+            plan.step_index, uncommitted_step_ ? static_cast<int64_t>(*uncommitted_step_) : -1);
+  uncommitted_step_.reset();
+  CHECK_MSG(static_cast<int>(result.sampled.size()) == plan.num_sampling_rows(),
+            "{} sampled tokens for {} sampling rows", result.sampled.size(),
+            plan.num_sampling_rows());
+
+  std::vector<RequestUpdate> updates;
+  size_t sampled_index = 0;
+  for (const ScheduledRequest& row : plan.rows) {
+    const SampledToken* sampled = row.is_sampling ? &result.sampled[sampled_index++] : nullptr;
+    CHECK_MSG(!sampled || sampled->request_id == row.request_id,
+              "sampled token for request {} in the row of request {}",
+              sampled ? sampled->request_id : 0, row.request_id);
+    const auto it = requests_.find(row.request_id);
+    if (it == requests_.end()) continue;  // aborted after schedule(): its result is dropped
+    Request* request = it->second.get();
+    CHECK(request->status() == RequestStatus::kRunning);
+    CHECK_MSG(request->num_tokens_computed() == row.start_pos,
+              "request {}: row starts at {} but {} tokens are computed", row.request_id,
+              row.start_pos, request->num_tokens_computed());
+    request->add_computed_tokens(row.num_new_tokens());
+    kv_cache_.cache_computed_blocks(request->id(), request->token_ids(),
+                                    request->num_tokens_computed());
+    if (!sampled) continue;
+
+    request->append_output(sampled->token_id);
+    RequestUpdate update;
+    update.request_id = request->id();
+    update.new_token_id = sampled->token_id;
+    update.logprobs = sampled->logprobs;
+    update.finish_reason = request->stop_reason();
+    update.num_prompt_tokens = request->num_prompt_tokens();
+    update.num_output_tokens = request->num_output_tokens();
+    update.num_prefix_cached_tokens = request->num_prefix_cached_tokens();
+    if (update.finish_reason) finish(request, *update.finish_reason);
+    updates.push_back(std::move(update));
+  }
+  return updates;
+}
+
+void Scheduler::finish(Request* request, FinishReason reason) {
+  kv_cache_.free(request->id());
+  if (request->status() == RequestStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), request));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
+  }
+  request->finish(reason);
+  finished_since_plan_.push_back(request->id());
+  requests_.erase(request->id());  // last: `request` dies here
+}
+
+const Request* Scheduler::find(RequestId request_id) const {
+  const auto it = requests_.find(request_id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats stats;
+  stats.num_running = num_running();
+  stats.num_waiting = num_waiting();
+  stats.num_steps = static_cast<int64_t>(num_steps_);
+  stats.num_preemptions = num_preemptions_;
+  stats.prefix_cache_query_tokens = kv_cache_.num_prefix_query_tokens();
+  stats.prefix_cache_hit_tokens = kv_cache_.num_prefix_hit_tokens();
+  stats.num_kv_blocks_used = kv_cache_.num_used_blocks();
+  stats.num_kv_blocks_total = kv_cache_.num_blocks();
+  return stats;
+}
+
+}  // namespace pagellm

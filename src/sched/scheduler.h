@@ -1,0 +1,138 @@
+// Scheduler: continuous batching over a paged KV cache. Pure CPU logic; the engine thread is its
+// only caller. One rule, no prefill/decode phases: every step gives running requests some of their
+// missing tokens within the token budget, then admits waiting requests while budget, seats and
+// blocks last.
+//
+//   engine loop:  add()/abort() ─▶ plan = schedule() ─▶ result = runner.execute(plan)
+//                                 ─▶ updates = commit(plan, result) ─▶ publish updates
+//
+// schedule(), in order:
+//   1. running requests, decodes (1 missing token) first, then unfinished prefill chunks, each in
+//      admission order; each gets min(missing, budget left, long_prefill_token_threshold) tokens.
+//      When the KV cache cannot cover a request, the newest running request is preempted (blocks
+//      freed, num_tokens_computed = 0, re-queued at the FRONT of the waiting queue) — repeatedly,
+//      until the allocation fits or the request preempted is the one asking.
+//   2. if nothing was preempted: waiting requests in queue order (FIFO, no overtaking) while
+//      budget > 0, running < max_num_seqs and the cache can hold them. Each starts after its cached
+//      prefix (prefix caching) and is chunked when it does not fit the budget left.
+//
+// Token budget example (max_num_batched_tokens = 8, A and B decoding, C a 20-token prompt):
+//   step 1: A 1, B 1, C 6 (C[0..6))   step 2: A 1, B 1, C 6 (C[6..12))   step 3: A 1, B 1, C 6
+//   step 4: A 1, B 1, C 2 (last chunk: C samples)                          step 5: A, B, C decode
+//
+// Progress: the oldest running request is never preempted by a younger one, and add() rejects any
+// request that could not fit in the whole cache alone, so every request finishes.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/kv_cache_manager.h"
+#include "core/status.h"
+#include "sched/request.h"
+#include "sched/step.h"
+
+namespace pagellm {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;             // running requests at most (rows per step)
+  int max_num_batched_tokens = 2048;  // tokens per step at most
+  int block_size = 16;
+  int num_blocks = 0;                 // KV blocks in the cache (kv_cache_budget.h)
+  int max_model_len = 4096;           // prompt + max_tokens at most
+  bool enable_prefix_caching = true;  // off for hybrid models
+  int long_prefill_token_threshold = 0;  // > 0: at most this many tokens per request per step
+
+  Status validate() const;  // "[scheduler] max_num_seqs must be >= 1, got 0"
+};
+
+// One request's news from a commit: a new token, a finish, or both.
+struct RequestUpdate {
+  RequestId request_id = 0;
+  std::optional<TokenId> new_token_id;
+  std::optional<SampledLogprobs> logprobs;
+  std::optional<FinishReason> finish_reason;  // set once, on the request's last update
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;                  // including new_token_id
+  int num_prefix_cached_tokens = 0;           // prefix-cache hit at the last admission
+};
+
+struct SchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;  // preempted ones included
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int num_kv_blocks_used = 0;
+  int num_kv_blocks_total = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);  // config must validate() (CHECKed)
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Rejected up front (kInvalidArgument) when its id is live, its prompt is
+  // empty, its sampling params are invalid, prompt + max_tokens > max_model_len, or its longest
+  // possible KV (prompt + max_tokens - 1 tokens) exceeds the whole cache.
+  Status add(Request request);
+
+  // Ends a live request now (any state) and frees its blocks. kNotFound for unknown/finished ids.
+  Status abort(RequestId request_id) { return finish_early(request_id, FinishReason::kAbort); }
+  // Same for reasons found outside the scheduler (kStop: a stop string matched in the text).
+  Status finish_early(RequestId request_id, FinishReason reason);
+
+  // The next step. Empty rows when nothing can run. Must be followed by commit() before the
+  // next schedule(); abort() in between is allowed (that row's result is then ignored).
+  StepPlan schedule();
+
+  // Applies a step's outcome: tokens computed, sampled tokens appended, stop checks. Returns one
+  // update per sampling row of a still-live request, in row order. Finished requests are freed
+  // and forgotten (find() returns null).
+  std::vector<RequestUpdate> commit(const StepPlan& plan, const StepResult& result);
+
+  const Request* find(RequestId request_id) const;
+  bool has_unfinished_requests() const { return !requests_.empty(); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  const KvCacheManager& kv_cache() const { return kv_cache_; }
+
+  // Leak check: no live request, no used block, every ref count zero.
+  bool is_leak_free() const { return requests_.empty() && kv_cache_.is_leak_free(); }
+
+ private:
+  struct Scheduled {
+    Request* request;
+    int num_new_tokens;
+    bool is_new;
+  };
+
+  int token_quota(const Request& request, int budget) const;
+  void schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
+  void admit_waiting(std::vector<Scheduled>& scheduled, int& budget);
+  void preempt(Request* victim, std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
+  ScheduledRequest make_row(const Scheduled& entry) const;
+  void finish(Request* request, FinishReason reason);
+
+  SchedulerConfig config_;
+  KvCacheManager kv_cache_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // every live request
+  std::vector<Request*> running_;  // admission order: the back is the newest (the next victim)
+  std::deque<Request*> waiting_;   // front is admitted next; preempted requests go to the front
+  std::vector<RequestId> finished_since_plan_;
+  uint64_t next_arrival_index_ = 0;
+  uint64_t num_steps_ = 0;
+  std::optional<uint64_t> uncommitted_step_;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace pagellm

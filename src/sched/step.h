@@ -1,0 +1,106 @@
+// StepPlan and StepResult: what one engine step computes, and what the model runner hands back.
+// Plain values, free of model details; the runner turns a StepPlan into a packed StepBatch.
+//
+// One plan row = one request's slice of tokens this step:
+//
+//   request tokens   [ t0 ........................................ t(N-1) ]
+//                     ◀──── computed ────▶◀── token_ids (this step) ──▶◀── rest ──▶
+//                                        start_pos                 start_pos + num_new_tokens
+//
+//   decode           start_pos = N - 1, one token, is_sampling = true
+//   prefill chunk    start_pos = 0 or previous chunk end, is_sampling only for the last chunk
+//   prefix-cache hit first row starts at start_pos = cached tokens (a multiple of block_size)
+//   after preemption start_pos = 0 again; earlier outputs are part of token_ids
+//
+// Packing (DESIGN.md's StepBatch), rows in plan order, b = row index, q_len = token_ids.size():
+//
+//   token_ids       concat of rows' token_ids                                [T]
+//   positions       start_pos, start_pos + 1, ..., start_pos + q_len - 1      [T]
+//   cu_seqlens_q    0, q_len(0), q_len(0) + q_len(1), ...                     [B + 1]
+//   seq_lens_k      start_pos + q_len  (context length after this step)       [B]
+//   block_tables    row.block_table, padded with -1 to the longest            [B, max_blocks]
+//   slot_mapping    block_table[p / block_size] * block_size + p % block_size [T]  (cache/slot_mapping.h)
+//   logits_rows     cu_seqlens_q[b + 1] - 1 for rows with is_sampling          [num sampling rows]
+//
+// Then StepResult::sampled holds one SampledToken per sampling row, in row order, and the engine
+// passes both to Scheduler::commit().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cache/ids.h"
+#include "sched/request.h"
+
+namespace pagellm {
+
+struct ScheduledRequest {
+  RequestId request_id = 0;
+  std::vector<TokenId> token_ids;     // [num_new_tokens] tokens to compute, positions start_pos..
+  int start_pos = 0;                  // = the request's num_tokens_computed before this step
+  std::vector<BlockId> block_table;   // [ceil((start_pos + num_new_tokens) / block_size)] copy
+  bool is_sampling = false;           // after this step every known token is computed: sample one
+  bool is_new = false;                // first row since admission (also after preemption): the
+                                      // runner (re)initialises per-request state (GDN state slot)
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;          // generated before this step; a counter-based RNG keyed by
+                                      // (seed, num_output_tokens) stays batch- and preemption-invariant
+  std::shared_ptr<const SamplingParams> sampling;  // never null
+  // Prompt + outputs so far (= all tokens of the request), filled only on sampling rows whose
+  // params need it (penalties: sampling->needs_token_history()); empty otherwise.
+  std::vector<TokenId> history_token_ids;
+
+  int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
+  int context_len() const { return start_pos + num_new_tokens(); }  // seq_lens_k
+};
+
+struct StepPlan {
+  uint64_t step_index = 0;
+  int block_size = 0;
+  std::vector<ScheduledRequest> rows;  // batch order: running decodes, running prefills, new admissions
+  // Preempted during this schedule(): their blocks are gone; drop per-request runner state
+  // except what must survive (nothing, if sampling randomness is counter-based).
+  std::vector<RequestId> preempted_request_ids;
+  // Finished (any reason, abort included) since the previous plan: drop their runner state.
+  std::vector<RequestId> finished_request_ids;
+
+  bool empty() const { return rows.empty(); }
+  int num_scheduled_tokens() const;
+  int num_sampling_rows() const;
+};
+
+struct TokenLogprob {
+  TokenId token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledLogprobs {
+  float sampled_logprob = 0.0f;     // logprob of the sampled token
+  std::vector<TokenLogprob> top;    // [num_logprobs], best first
+};
+
+struct SampledToken {
+  RequestId request_id = 0;
+  TokenId token_id = 0;
+  std::optional<SampledLogprobs> logprobs;  // when the request asked for logprobs
+};
+
+struct StepResult {
+  std::vector<SampledToken> sampled;  // one per sampling row of the plan, in row order
+};
+
+inline int StepPlan::num_scheduled_tokens() const {
+  int total = 0;
+  for (const ScheduledRequest& row : rows) total += row.num_new_tokens();
+  return total;
+}
+
+inline int StepPlan::num_sampling_rows() const {
+  int total = 0;
+  for (const ScheduledRequest& row : rows) total += row.is_sampling ? 1 : 0;
+  return total;
+}
+
+}  // namespace pagellm

@@ -1,0 +1,121 @@
+// A fake model for scheduler tests: it owns a paged "KV cache" whose slots hold (token, position)
+// and executes StepPlans like a real runner would (write every row's KV first, then read each
+// sampling row's whole context through its block table). The next token is a hash of the context it
+// reads back, so a wrong block table, a stale prefix hit or a block reused while still referenced
+// changes the output — and outputs must match an unconstrained run exactly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cache/slot_mapping.h"
+#include "sched/scheduler.h"
+
+namespace pagellm::testing {
+
+struct KvEntry {
+  TokenId token_id = -1;
+  int pos = -1;
+};
+
+class FakeModel {
+ public:
+  FakeModel(int num_blocks, int block_size)
+      : block_size_(block_size), kv_(static_cast<size_t>(num_blocks) * block_size) {}
+
+  // Tokens this fake emits never collide with small ids tests reserve for EOS / stop tokens.
+  static constexpr TokenId kMinToken = 100;
+
+  StepResult execute(const StepPlan& plan) {
+    EXPECT_EQ(plan.block_size, block_size_);
+    for (const ScheduledRequest& row : plan.rows) {  // write_kv for the whole batch first
+      std::vector<int64_t> slots;
+      append_slot_mapping(row.block_table, row.start_pos, row.num_new_tokens(), block_size_, slots);
+      for (int i = 0; i < row.num_new_tokens(); ++i) {
+        kv_.at(slots[i]) = {row.token_ids[i], row.start_pos + i};
+      }
+    }
+    StepResult result;
+    for (const ScheduledRequest& row : plan.rows) {  // then "attention" + sampling
+      if (!row.is_sampling) continue;
+      std::vector<TokenId> context;
+      for (int pos = 0; pos < row.context_len(); ++pos) {
+        const KvEntry& e = kv_.at(slot_of_position(row.block_table, pos, block_size_));
+        EXPECT_EQ(e.pos, pos) << "request " << row.request_id << " reads a slot written for another position";
+        context.push_back(e.token_id);
+      }
+      result.sampled.push_back({row.request_id, next_token(context), std::nullopt});
+    }
+    return result;
+  }
+
+  // The "model": a function of the whole context (FNV-1a), like attention over all earlier tokens.
+  static TokenId next_token(const std::vector<TokenId>& context) {
+    uint64_t h = 1469598103934665603ull;
+    for (TokenId t : context) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+    return kMinToken + static_cast<TokenId>((h >> 17) % 30000);
+  }
+
+  // What an unconstrained, unbatched run produces: greedy continuation of `prompt`.
+  static std::vector<TokenId> reference_output(const std::vector<TokenId>& prompt, int num_tokens) {
+    std::vector<TokenId> context = prompt;
+    std::vector<TokenId> output;
+    for (int i = 0; i < num_tokens; ++i) {
+      output.push_back(next_token(context));
+      context.push_back(output.back());
+    }
+    return output;
+  }
+
+ private:
+  int block_size_;
+  std::vector<KvEntry> kv_;  // [num_blocks * block_size]
+};
+
+struct RunOutcome {
+  std::map<RequestId, std::vector<TokenId>> outputs;
+  std::map<RequestId, FinishReason> finish_reasons;
+  int64_t num_steps = 0;
+};
+
+// Checks the plan against the scheduler's limits.
+inline void expect_plan_within_limits(const StepPlan& plan, const SchedulerConfig& config) {
+  EXPECT_LE(plan.num_scheduled_tokens(), config.max_num_batched_tokens);
+  EXPECT_LE(static_cast<int>(plan.rows.size()), config.max_num_seqs);
+  for (const ScheduledRequest& row : plan.rows) {
+    EXPECT_GT(row.num_new_tokens(), 0);
+    EXPECT_GE(static_cast<int>(row.block_table.size()),
+              num_blocks_for_tokens(row.context_len(), config.block_size));
+  }
+}
+
+// Steps until every request has finished; collects outputs from the updates.
+inline RunOutcome run_to_completion(Scheduler& scheduler, FakeModel& model,
+                                    int64_t max_steps = 10'000'000) {
+  RunOutcome outcome;
+  while (scheduler.has_unfinished_requests() && outcome.num_steps < max_steps) {
+    const StepPlan plan = scheduler.schedule();
+    expect_plan_within_limits(plan, scheduler.config());
+    const StepResult result = model.execute(plan);
+    for (const RequestUpdate& update : scheduler.commit(plan, result)) {
+      if (update.new_token_id) outcome.outputs[update.request_id].push_back(*update.new_token_id);
+      if (update.finish_reason) outcome.finish_reasons[update.request_id] = *update.finish_reason;
+    }
+    ++outcome.num_steps;
+  }
+  EXPECT_FALSE(scheduler.has_unfinished_requests()) << "did not finish in " << max_steps << " steps";
+  return outcome;
+}
+
+inline SamplingParams greedy(int max_tokens, bool ignore_eos = true) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = ignore_eos;
+  return params;
+}
+
+}  // namespace pagellm::testing

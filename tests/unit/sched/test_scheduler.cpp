@@ -1,0 +1,440 @@
+#include <numeric>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "sched/scheduler.h"
+#include "fake_model.h"
+
+namespace pagellm {
+namespace {
+
+using testing::FakeModel;
+using testing::greedy;
+using testing::run_to_completion;
+
+std::vector<TokenId> prompt_of(int num_tokens, TokenId first = 1000) {
+  std::vector<TokenId> tokens(num_tokens);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+SchedulerConfig small_config() {
+  SchedulerConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 8;
+  config.block_size = 4;
+  config.num_blocks = 64;
+  config.max_model_len = 256;
+  return config;
+}
+
+// Runs one step through the fake model and returns the plan that was executed.
+StepPlan step(Scheduler& scheduler, FakeModel& model, std::vector<RequestUpdate>* updates = nullptr) {
+  StepPlan plan = scheduler.schedule();
+  testing::expect_plan_within_limits(plan, scheduler.config());
+  std::vector<RequestUpdate> u = scheduler.commit(plan, model.execute(plan));
+  if (updates) *updates = std::move(u);
+  return plan;
+}
+
+TEST(Scheduler, NewRequestsPrefillTogetherAndSampleTheirFirstToken) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(3), greedy(4))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(5, 50), greedy(4))).is_ok());
+  std::vector<RequestUpdate> updates;
+  const StepPlan plan = step(scheduler, model, &updates);
+  ASSERT_EQ(plan.rows.size(), 2u);
+  EXPECT_EQ(plan.rows[0].request_id, 1);
+  EXPECT_EQ(plan.rows[0].start_pos, 0);
+  EXPECT_EQ(plan.rows[0].token_ids, prompt_of(3));
+  EXPECT_TRUE(plan.rows[0].is_sampling);
+  EXPECT_TRUE(plan.rows[0].is_new);
+  EXPECT_EQ(plan.rows[1].block_table.size(), 2u);  // 5 tokens in blocks of 4
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_EQ(updates[0].new_token_id, FakeModel::reference_output(prompt_of(3), 1)[0]);
+
+  const StepPlan decode = step(scheduler, model);
+  ASSERT_EQ(decode.rows.size(), 2u);
+  EXPECT_EQ(decode.rows[0].start_pos, 3);
+  EXPECT_EQ(decode.rows[0].num_new_tokens(), 1);
+  EXPECT_FALSE(decode.rows[0].is_new);
+  EXPECT_EQ(decode.rows[1].start_pos, 5);
+
+  const auto outcome = run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, LongPromptIsChunkedWithinTheBudgetAndOthersKeepDecoding) {
+  const SchedulerConfig config = small_config();  // 8 tokens per step
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(3), greedy(20))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(3, 70), greedy(20))).is_ok());
+  step(scheduler, model);  // both prompts computed; both decode from now on
+  const std::vector<TokenId> long_prompt = prompt_of(20, 300);
+  ASSERT_TRUE(scheduler.add(Request(3, long_prompt, greedy(5))).is_ok());
+
+  // 20 tokens at 6 per step (2 go to the decodes): [0,6) [6,12) [12,18) [18,20).
+  const std::vector<std::pair<int, int>> chunks = {{0, 6}, {6, 12}, {12, 18}, {18, 20}};
+  for (const auto& [begin, end] : chunks) {
+    const StepPlan plan = step(scheduler, model);
+    ASSERT_EQ(plan.rows.size(), 3u);
+    EXPECT_EQ(plan.rows[0].request_id, 1);  // decodes first
+    EXPECT_EQ(plan.rows[0].num_new_tokens(), 1);
+    EXPECT_EQ(plan.rows[1].request_id, 2);
+    EXPECT_EQ(plan.rows[1].num_new_tokens(), 1);
+    const ScheduledRequest& chunk = plan.rows[2];
+    EXPECT_EQ(chunk.request_id, 3);
+    EXPECT_EQ(chunk.start_pos, begin);
+    EXPECT_EQ(chunk.token_ids, std::vector<TokenId>(long_prompt.begin() + begin, long_prompt.begin() + end));
+    EXPECT_EQ(chunk.is_sampling, end == 20);  // only the last chunk samples
+    EXPECT_EQ(chunk.is_new, begin == 0);
+    EXPECT_LE(plan.num_scheduled_tokens(), 8);
+  }
+  const StepPlan all_decode = step(scheduler, model);
+  ASSERT_EQ(all_decode.rows.size(), 3u);
+  for (const auto& row : all_decode.rows) EXPECT_EQ(row.num_new_tokens(), 1);
+
+  const auto outcome = run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, DecodesGoBeforeOlderUnfinishedPrefills) {
+  SchedulerConfig config = small_config();
+  config.long_prefill_token_threshold = 4;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(16), greedy(3))).is_ok());  // older, long
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(2, 90), greedy(3))).is_ok());
+  const StepPlan first = step(scheduler, model);
+  ASSERT_EQ(first.rows.size(), 2u);
+  EXPECT_EQ(first.rows[0].num_new_tokens(), 4);  // capped by long_prefill_token_threshold
+  EXPECT_EQ(first.rows[1].num_new_tokens(), 2);
+  const StepPlan second = step(scheduler, model);
+  ASSERT_EQ(second.rows.size(), 2u);
+  EXPECT_EQ(second.rows[0].request_id, 2);  // the decode, although admitted later
+  EXPECT_EQ(second.rows[1].request_id, 1);
+  EXPECT_EQ(second.rows[1].start_pos, 4);
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, MaxNumSeqsBoundsTheBatch) {
+  SchedulerConfig config = small_config();
+  config.max_num_seqs = 2;
+  config.max_num_batched_tokens = 64;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  for (RequestId id = 1; id <= 5; ++id) {
+    ASSERT_TRUE(scheduler.add(Request(id, prompt_of(5, 100 * id), greedy(6))).is_ok());
+  }
+  const StepPlan plan = step(scheduler, model);
+  EXPECT_EQ(plan.rows.size(), 2u);
+  EXPECT_EQ(scheduler.num_running(), 2);
+  EXPECT_EQ(scheduler.num_waiting(), 3);
+  const auto outcome = run_to_completion(scheduler, model);  // checks ≤ 2 rows every step
+  for (RequestId id = 1; id <= 5; ++id) {
+    EXPECT_EQ(outcome.outputs.at(id).size() + (id <= 2 ? 1 : 0), 6u);
+  }
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, AbortMidPrefillFreesBlocksAtOnce) {
+  SchedulerConfig config = small_config();
+  config.max_num_batched_tokens = 4;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(20), greedy(5))).is_ok());
+  const StepPlan plan = step(scheduler, model);
+  ASSERT_EQ(plan.rows.size(), 1u);
+  EXPECT_FALSE(plan.rows[0].is_sampling);
+  EXPECT_GT(scheduler.kv_cache().num_used_blocks(), 0);
+  ASSERT_TRUE(scheduler.abort(1).is_ok());
+  EXPECT_EQ(scheduler.kv_cache().num_used_blocks(), 0);
+  EXPECT_EQ(scheduler.find(1), nullptr);
+  EXPECT_TRUE(scheduler.is_leak_free());
+  const StepPlan next = scheduler.schedule();
+  EXPECT_TRUE(next.empty());
+  EXPECT_EQ(next.finished_request_ids, std::vector<RequestId>{1});
+  (void)scheduler.commit(next, {});
+  EXPECT_EQ(scheduler.abort(1).code(), StatusCode::kNotFound);
+}
+
+TEST(Scheduler, AbortMidDecodeAndWhileWaiting) {
+  SchedulerConfig config = small_config();
+  config.max_num_seqs = 1;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(5), greedy(50))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(5, 40), greedy(50))).is_ok());
+  for (int i = 0; i < 4; ++i) step(scheduler, model);
+  EXPECT_EQ(scheduler.find(1)->status(), RequestStatus::kRunning);
+  EXPECT_EQ(scheduler.find(2)->status(), RequestStatus::kWaiting);
+  ASSERT_TRUE(scheduler.abort(2).is_ok());  // waiting: never held blocks
+  ASSERT_TRUE(scheduler.abort(1).is_ok());  // decoding
+  EXPECT_TRUE(scheduler.is_leak_free());
+  EXPECT_FALSE(scheduler.has_unfinished_requests());
+}
+
+TEST(Scheduler, AbortBetweenScheduleAndCommitDropsThatRow) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(3), greedy(5))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(3, 20), greedy(5))).is_ok());
+  const StepPlan plan = scheduler.schedule();
+  const StepResult result = model.execute(plan);
+  ASSERT_TRUE(scheduler.abort(1).is_ok());
+  const auto updates = scheduler.commit(plan, result);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].request_id, 2);
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndItResumesFirst) {
+  SchedulerConfig config = small_config();
+  config.num_blocks = 6;  // 24 token slots; each request alone needs ceil((4 + 16 - 1) / 4) = 5
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  const std::vector<TokenId> a = prompt_of(4, 10), b = prompt_of(4, 20), c = prompt_of(4, 30);
+  ASSERT_TRUE(scheduler.add(Request(1, a, greedy(16))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, b, greedy(16))).is_ok());
+  std::vector<RequestId> preempted;
+  std::vector<RequestId> admission_order;
+  std::map<RequestId, std::vector<TokenId>> outputs;
+  bool c_added = false;
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    for (RequestId id : plan.preempted_request_ids) {
+      preempted.push_back(id);
+      if (!c_added) {  // C arrives after B was preempted: B must still go first
+        ASSERT_TRUE(scheduler.add(Request(3, c, greedy(16))).is_ok());
+        c_added = true;
+      }
+    }
+    for (const auto& row : plan.rows) {
+      if (row.is_new) admission_order.push_back(row.request_id);
+      if (row.is_new && row.request_id == 2 && !preempted.empty()) {
+        EXPECT_EQ(row.start_pos, scheduler.find(2)->num_prefix_cached_tokens());
+        EXPECT_GT(row.num_output_tokens, 0);  // outputs kept, recomputed as prompt
+      }
+    }
+    for (const auto& u : scheduler.commit(plan, model.execute(plan))) {
+      if (u.new_token_id) outputs[u.request_id].push_back(*u.new_token_id);
+    }
+  }
+  ASSERT_FALSE(preempted.empty());
+  EXPECT_EQ(preempted.front(), 2);  // the newest yields, not the oldest
+  EXPECT_EQ(scheduler.stats().num_preemptions, static_cast<int64_t>(preempted.size()));
+  // B re-admitted before C although C waited since before.
+  const auto b_again = std::find(admission_order.begin() + 2, admission_order.end(), 2);
+  const auto c_first = std::find(admission_order.begin(), admission_order.end(), 3);
+  EXPECT_LT(b_again, c_first);
+  EXPECT_EQ(outputs[1], FakeModel::reference_output(a, 16));
+  EXPECT_EQ(outputs[2], FakeModel::reference_output(b, 16));
+  EXPECT_EQ(outputs[3], FakeModel::reference_output(c, 16));
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+struct ExhaustionRun {
+  testing::RunOutcome outcome;
+  SchedulerStats stats;
+};
+
+// 160 requests × 400 output tokens; half of them share a 40-token system prompt.
+ExhaustionRun run_exhaustion(int num_blocks, bool enable_prefix_caching,
+                             std::vector<std::vector<TokenId>>& prompts) {
+  SchedulerConfig config;
+  config.max_num_seqs = 32;
+  config.max_num_batched_tokens = 256;
+  config.block_size = 16;
+  config.num_blocks = num_blocks;
+  config.max_model_len = 1024;
+  config.enable_prefix_caching = enable_prefix_caching;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  std::mt19937 rng(7);
+  const std::vector<TokenId> system_prompt = prompt_of(40, 5000);
+  prompts.clear();
+  for (RequestId id = 0; id < 160; ++id) {
+    std::vector<TokenId> prompt = id % 2 == 0 ? system_prompt : std::vector<TokenId>{};
+    const int num_own_tokens = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < num_own_tokens; ++i) prompt.push_back(static_cast<TokenId>(rng() % 30000));
+    prompts.push_back(prompt);
+    EXPECT_TRUE(scheduler.add(Request(id, prompt, greedy(400))).is_ok());
+  }
+  ExhaustionRun run;
+  run.outcome = run_to_completion(scheduler, model);
+  run.stats = scheduler.stats();
+  EXPECT_TRUE(scheduler.is_leak_free());
+  return run;
+}
+
+TEST(Scheduler, BlockExhaustionAllRequestsFinishWithUnconstrainedOutputs) {
+  std::vector<std::vector<TokenId>> prompts;
+  // Longest request: 70 + 399 tokens of KV = 30 blocks of 16; the cache has 48.
+  const ExhaustionRun tight = run_exhaustion(48, /*enable_prefix_caching=*/true, prompts);
+  EXPECT_GT(tight.stats.num_preemptions, 0);
+  EXPECT_GT(tight.stats.prefix_cache_hit_tokens, 0);
+  ASSERT_EQ(tight.outcome.outputs.size(), 160u);
+  for (RequestId id = 0; id < 160; ++id) {
+    EXPECT_EQ(tight.outcome.finish_reasons.at(id), FinishReason::kLength);
+    ASSERT_EQ(tight.outcome.outputs.at(id), FakeModel::reference_output(prompts[id], 400)) << id;
+  }
+  // Unconstrained: enough blocks for all at once, no preemption, same outputs.
+  const ExhaustionRun roomy = run_exhaustion(160 * 30, true, prompts);
+  EXPECT_EQ(roomy.stats.num_preemptions, 0);
+  EXPECT_EQ(roomy.outcome.outputs, tight.outcome.outputs);
+}
+
+TEST(Scheduler, BlockExhaustionWithoutPrefixCaching) {
+  std::vector<std::vector<TokenId>> prompts;
+  const ExhaustionRun run = run_exhaustion(40, /*enable_prefix_caching=*/false, prompts);
+  EXPECT_GT(run.stats.num_preemptions, 0);
+  EXPECT_EQ(run.stats.prefix_cache_query_tokens, 0);
+  for (RequestId id = 0; id < 160; ++id) {
+    ASSERT_EQ(run.outcome.outputs.at(id), FakeModel::reference_output(prompts[id], 400)) << id;
+  }
+}
+
+TEST(Scheduler, PrefixCacheHitSkipsPrefillOfTheSharedBlocks) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  const std::vector<TokenId> first = prompt_of(10);
+  std::vector<TokenId> second = prompt_of(8);  // two full blocks shared with `first`
+  second.insert(second.end(), {7, 7, 7});
+  ASSERT_TRUE(scheduler.add(Request(1, first, greedy(3))).is_ok());
+  run_to_completion(scheduler, model);
+  ASSERT_TRUE(scheduler.add(Request(2, second, greedy(3))).is_ok());
+  std::vector<RequestUpdate> updates;
+  const StepPlan plan = step(scheduler, model, &updates);
+  ASSERT_EQ(plan.rows.size(), 1u);
+  EXPECT_EQ(plan.rows[0].start_pos, 8);
+  EXPECT_EQ(plan.rows[0].token_ids, (std::vector<TokenId>{7, 7, 7}));
+  EXPECT_TRUE(plan.rows[0].is_sampling);
+  EXPECT_EQ(updates[0].num_prefix_cached_tokens, 8);
+  EXPECT_EQ(*updates[0].new_token_id, FakeModel::reference_output(second, 1)[0]);
+  const SchedulerStats stats = scheduler.stats();
+  EXPECT_EQ(stats.prefix_cache_query_tokens, 10 + 11);
+  EXPECT_EQ(stats.prefix_cache_hit_tokens, 8);
+  const auto outcome = run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, NoPrefixHitWhenCachingIsOff) {
+  SchedulerConfig config = small_config();
+  config.enable_prefix_caching = false;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(10), greedy(3))).is_ok());
+  run_to_completion(scheduler, model);
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(10), greedy(3))).is_ok());
+  const StepPlan plan = step(scheduler, model);
+  EXPECT_EQ(plan.rows[0].start_pos, 0);
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, RejectsWhatCanNeverRun) {
+  SchedulerConfig config = small_config();
+  config.max_model_len = 4096;
+  config.num_blocks = 4;  // 16 token slots
+  Scheduler scheduler(config);
+  Status too_long = scheduler.add(Request(1, std::vector<TokenId>(5000, 1), greedy(100)));
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_long.message(),
+            "[scheduler] prompt of 5000 tokens + max_tokens 100 exceeds max_model_len 4096");
+  // 17 prompt tokens need 5 blocks of 4: more than the whole cache.
+  Status never_fits = scheduler.add(Request(2, prompt_of(17), greedy(1)));
+  EXPECT_EQ(never_fits.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(never_fits.message().find("whole cache has 4"), std::string::npos) << never_fits.message();
+  // 15 prompt + 2 outputs: KV for 16 tokens (the last output never needs KV) fits exactly.
+  EXPECT_TRUE(scheduler.add(Request(3, prompt_of(15), greedy(2))).is_ok());
+  EXPECT_FALSE(scheduler.add(Request(4, prompt_of(15), greedy(3))).is_ok());
+  EXPECT_FALSE(scheduler.add(Request(5, {}, greedy(3))).is_ok());
+  EXPECT_FALSE(scheduler.add(Request(3, prompt_of(2), greedy(3))).is_ok());  // id live
+  SamplingParams bad = greedy(3);
+  bad.top_p = 0.0f;
+  EXPECT_FALSE(scheduler.add(Request(6, prompt_of(2), bad)).is_ok());
+  FakeModel model(config.num_blocks, config.block_size);
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, StopConditionsEndRequests) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  const std::vector<TokenId> prompt = prompt_of(5);
+  const std::vector<TokenId> expected = FakeModel::reference_output(prompt, 10);
+  ASSERT_NE(expected[0], expected[2]);
+  ASSERT_NE(expected[1], expected[2]);
+
+  SamplingParams eos = greedy(10, /*ignore_eos=*/false);
+  eos.eos_token_ids = {expected[2]};
+  SamplingParams ignored = eos;
+  ignored.ignore_eos = true;
+  SamplingParams stop_id = greedy(10);
+  stop_id.stop_token_ids = {expected[1]};
+  SamplingParams held = stop_id;
+  held.min_tokens = 5;  // expected[1] comes too early; runs on to max_tokens unless it repeats
+  ASSERT_TRUE(scheduler.add(Request(1, prompt, eos)).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt, ignored)).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(3, prompt, stop_id)).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(4, prompt, held)).is_ok());
+  const auto outcome = run_to_completion(scheduler, model);
+  EXPECT_EQ(outcome.outputs.at(1), std::vector<TokenId>(expected.begin(), expected.begin() + 3));
+  EXPECT_EQ(outcome.finish_reasons.at(1), FinishReason::kStop);
+  EXPECT_EQ(outcome.outputs.at(2), expected);
+  EXPECT_EQ(outcome.finish_reasons.at(2), FinishReason::kLength);
+  EXPECT_EQ(outcome.outputs.at(3), std::vector<TokenId>(expected.begin(), expected.begin() + 2));
+  EXPECT_EQ(outcome.finish_reasons.at(3), FinishReason::kStop);
+  EXPECT_GE(outcome.outputs.at(4).size(), 5u);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, FinishEarlyForAStopStringFoundByTheEngine) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(5), greedy(10))).is_ok());
+  step(scheduler, model);
+  ASSERT_TRUE(scheduler.finish_early(1, FinishReason::kStop).is_ok());
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, SamplingRowsCarryParamsAndHistoryWhenPenaltiesNeedIt) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  SamplingParams penalised = greedy(3);
+  penalised.repetition_penalty = 1.2f;
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(4), penalised)).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(4), greedy(3))).is_ok());
+  step(scheduler, model);
+  const StepPlan plan = step(scheduler, model);
+  ASSERT_EQ(plan.rows.size(), 2u);
+  ASSERT_NE(plan.rows[0].sampling, nullptr);
+  EXPECT_FLOAT_EQ(plan.rows[0].sampling->repetition_penalty, 1.2f);
+  EXPECT_EQ(plan.rows[0].history_token_ids.size(), 5u);  // 4 prompt + 1 output
+  EXPECT_EQ(plan.rows[0].num_prompt_tokens, 4);
+  EXPECT_EQ(plan.rows[0].num_output_tokens, 1);
+  EXPECT_TRUE(plan.rows[1].history_token_ids.empty());
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(Scheduler, ConfigValidation) {
+  SchedulerConfig config = small_config();
+  EXPECT_TRUE(config.validate().is_ok());
+  config.max_num_seqs = 0;
+  EXPECT_EQ(config.validate().message(), "[scheduler] max_num_seqs must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace pagellm
