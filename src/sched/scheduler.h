@@ -46,6 +46,8 @@ struct SchedulerConfig {
   int max_model_len = 4096;           // prompt + max_tokens at most
   bool enable_prefix_caching = true;  // off for hybrid models
   int long_prefill_token_threshold = 0;  // > 0: at most this many tokens per request per step
+  // Note: with max_num_batched_tokens < max_num_seqs, the newest decodes can wait for a step
+  // (older requests are served first); correct, but set the budget >= max_num_seqs for fairness.
 
   Status validate() const;  // "[scheduler] max_num_seqs must be >= 1, got 0"
 };
@@ -85,6 +87,8 @@ class Scheduler {
   Status add(Request request);
 
   // Ends a live request now (any state) and frees its blocks. kNotFound for unknown/finished ids.
+  // The caller publishes the finish itself (commit() never reports it); the id appears in the
+  // next plan's finished_request_ids so the runner drops its per-request state.
   Status abort(RequestId request_id) { return finish_early(request_id, FinishReason::kAbort); }
   // Same for reasons found outside the scheduler (kStop: a stop string matched in the text).
   Status finish_early(RequestId request_id, FinishReason reason);
