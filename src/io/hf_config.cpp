@@ -29,7 +29,9 @@ class FieldReader {
  public:
   FieldReader(const json& object, std::string source, std::string prefix,
               const std::set<std::string>* text_keys = nullptr)
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)),
+      : object_(object),
+        source_(std::move(source)),
+        prefix_(std::move(prefix)),
         text_keys_(text_keys) {}
 
   const json* find(std::string_view key) const {
@@ -109,8 +111,8 @@ class FieldReader {
                       bool allow_scalar = false) const {
     const json* value = find(key);
     if (value == nullptr) return Status::ok();
-    const std::string_view expected = allow_scalar ? "an integer or a list of integers"
-                                                   : "a list of integers";
+    const std::string_view expected =
+        allow_scalar ? "an integer or a list of integers" : "a list of integers";
     std::vector<int64_t> list;
     int64_t item = 0;
     if (allow_scalar && as_int(*value, &item)) {
@@ -164,8 +166,8 @@ Status read_rope_dict(const FieldReader& reader, RopeConfig* rope) {
   PAGELLM_RETURN_IF_ERROR(reader.get_string("rope_type", &rope->type));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("rope_theta", &rope->theta));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("factor", &rope->factor));
-  PAGELLM_RETURN_IF_ERROR(reader.get_int("original_max_position_embeddings",
-                                         &rope->original_max_position_embeddings));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_int("original_max_position_embeddings", &rope->original_max_position_embeddings));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("beta_fast", &rope->beta_fast));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("beta_slow", &rope->beta_slow));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_double("attention_factor", &rope->attention_factor));
@@ -230,13 +232,14 @@ Status read_attention_pattern(const FieldReader& reader, const std::string& sour
     PAGELLM_RETURN_IF_ERROR(reader.get_optional_int("sliding_window", &config->sliding_window));
   }
   if (config->sliding_window && *config->sliding_window < 1) {
-    return reader.invalid("sliding_window", fmt::format("must be ≥ 1, got {}", *config->sliding_window));
+    return reader.invalid("sliding_window",
+                          fmt::format("must be ≥ 1, got {}", *config->sliding_window));
   }
   const bool is_hybrid = is_hybrid_model_type(config->model_type);
   if (is_hybrid) {
     config->full_attention_interval = 4;
-    PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("full_attention_interval",
-                                                    &config->full_attention_interval));
+    PAGELLM_RETURN_IF_ERROR(
+        reader.get_positive_int("full_attention_interval", &config->full_attention_interval));
   }
   const int64_t num_layers = config->num_hidden_layers;
   config->layer_types.assign(static_cast<size_t>(num_layers), LayerType::kFullAttention);
@@ -285,8 +288,8 @@ Status read_dtype(const FieldReader& reader, ModelConfig* config) {
     PAGELLM_RETURN_IF_ERROR(reader.get_string(key, &name));
     if (name.empty()) continue;
     if (!parse_dtype(name, &config->dtype)) {
-      return reader.invalid(key, fmt::format("is \"{}\"; pagellm runs float32, bfloat16 and float16",
-                                             name));
+      return reader.invalid(
+          key, fmt::format("is \"{}\"; pagellm runs float32, bfloat16 and float16", name));
     }
     return Status::ok();
   }
@@ -296,7 +299,8 @@ Status read_dtype(const FieldReader& reader, ModelConfig* config) {
 Status read_sizes(const FieldReader& reader, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("vocab_size", &config->vocab_size, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("hidden_size", &config->hidden_size, true));
-  PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("num_hidden_layers", &config->num_hidden_layers, true));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_positive_int("num_hidden_layers", &config->num_hidden_layers, true));
   PAGELLM_RETURN_IF_ERROR(
       reader.get_positive_int("num_attention_heads", &config->num_attention_heads, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("num_experts", &config->num_experts));
@@ -304,7 +308,8 @@ Status read_sizes(const FieldReader& reader, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("intermediate_size", &config->intermediate_size,
                                                   /*required=*/config->num_experts <= 0));
   config->num_key_value_heads = config->num_attention_heads;
-  PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("num_key_value_heads", &config->num_key_value_heads));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_positive_int("num_key_value_heads", &config->num_key_value_heads));
   if (config->num_attention_heads % config->num_key_value_heads != 0) {
     return reader.invalid("num_key_value_heads",
                           fmt::format("({}) must divide num_attention_heads ({})",
@@ -324,7 +329,8 @@ Status read_sizes(const FieldReader& reader, ModelConfig* config) {
     }
     config->head_dim = config->hidden_size / config->num_attention_heads;
   }
-  PAGELLM_RETURN_IF_ERROR(reader.get_int("max_position_embeddings", &config->max_position_embeddings));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_int("max_position_embeddings", &config->max_position_embeddings));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("rms_norm_eps", &config->rms_norm_eps));
   PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_act", &config->hidden_act));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("tie_word_embeddings", &config->tie_word_embeddings));
@@ -333,16 +339,19 @@ Status read_sizes(const FieldReader& reader, ModelConfig* config) {
 
 Status read_hybrid_and_moe(const FieldReader& reader, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(reader.get_int("linear_num_key_heads", &config->linear_num_key_heads));
-  PAGELLM_RETURN_IF_ERROR(reader.get_int("linear_num_value_heads", &config->linear_num_value_heads));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_int("linear_num_value_heads", &config->linear_num_value_heads));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("linear_key_head_dim", &config->linear_key_head_dim));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("linear_value_head_dim", &config->linear_value_head_dim));
-  PAGELLM_RETURN_IF_ERROR(reader.get_int("linear_conv_kernel_dim", &config->linear_conv_kernel_dim));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_int("linear_conv_kernel_dim", &config->linear_conv_kernel_dim));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("num_experts_per_tok", &config->num_experts_per_tok));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("moe_intermediate_size", &config->moe_intermediate_size));
-  PAGELLM_RETURN_IF_ERROR(reader.get_int("shared_expert_intermediate_size",
-                                         &config->shared_expert_intermediate_size));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_int("shared_expert_intermediate_size", &config->shared_expert_intermediate_size));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("norm_topk_prob", &config->norm_topk_prob));
-  PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("decoder_sparse_step", &config->decoder_sparse_step));
+  PAGELLM_RETURN_IF_ERROR(
+      reader.get_positive_int("decoder_sparse_step", &config->decoder_sparse_step));
   PAGELLM_RETURN_IF_ERROR(reader.get_int_list("mlp_only_layers", &config->mlp_only_layers));
   return Status::ok();
 }

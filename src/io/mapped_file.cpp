@@ -11,11 +11,12 @@
 namespace pagellm {
 
 Expected<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path,
-                                                     std::string_view component) {
+                                                             std::string_view component) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return not_found("[{}] cannot open {}: {}", component, path, std::strerror(err));
+    if (err == ENOENT)
+      return not_found("[{}] cannot open {}: {}", component, path, std::strerror(err));
     return invalid_argument("[{}] cannot open {}: {}", component, path, std::strerror(err));
   }
   struct stat st {};

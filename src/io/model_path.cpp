@@ -72,7 +72,8 @@ bool looks_like_hf_repo_id(const std::string& text) {
   const size_t slash = text.find('/');
   if (slash == std::string::npos || text.find('/', slash + 1) != std::string::npos) return false;
   const auto valid_part = [](std::string_view part) {
-    if (part.empty() || part.size() > 96 || part.front() == '.' || part.front() == '-') return false;
+    if (part.empty() || part.size() > 96 || part.front() == '.' || part.front() == '-')
+      return false;
     if (part.find("..") != std::string_view::npos || part.find("--") != std::string_view::npos) {
       return false;
     }
@@ -93,7 +94,8 @@ std::string hf_hub_cache_dir() {
   const std::string hf_home = env_or_empty("HF_HOME");
   if (!hf_home.empty()) return (fs::path(expand_home(hf_home)) / "hub").string();
   const std::string xdg_cache = env_or_empty("XDG_CACHE_HOME");
-  if (!xdg_cache.empty()) return (fs::path(expand_home(xdg_cache)) / "huggingface" / "hub").string();
+  if (!xdg_cache.empty())
+    return (fs::path(expand_home(xdg_cache)) / "huggingface" / "hub").string();
   const std::string home = env_or_empty("HOME");
   return (fs::path(home.empty() ? "~" : home) / ".cache" / "huggingface" / "hub").string();
 }
@@ -143,10 +145,10 @@ Expected<std::string> resolve_in_hf_cache(const std::string& repo_id, const std:
   }
   const fs::path snapshot = snapshots_dir / commit;
   if (!fs::is_directory(snapshot, ec)) {
-    return not_found("[model] '{}' revision '{}' is commit {}, whose snapshot is not in the cache "
-                     "({}); {}",
-                     repo_id, ref_name, commit, snapshots_dir.string(),
-                     download_hint(repo_id, revision));
+    return not_found(
+        "[model] '{}' revision '{}' is commit {}, whose snapshot is not in the cache "
+        "({}); {}",
+        repo_id, ref_name, commit, snapshots_dir.string(), download_hint(repo_id, revision));
   }
   if (!fs::exists(snapshot / "config.json", ec)) {
     return not_found("[model] snapshot {} of '{}' has no config.json (an incomplete download?); {}",
@@ -160,21 +162,24 @@ Expected<std::string> resolve_model_path(const std::string& model_arg,
   std::error_code ec;
   if (fs::is_directory(model_arg, ec)) {
     if (!fs::exists(fs::path(model_arg) / "config.json", ec)) {
-      return not_found("[model] folder '{}' has no config.json; a model folder holds config.json "
-                       "and the *.safetensors weights",
-                       model_arg);
+      return not_found(
+          "[model] folder '{}' has no config.json; a model folder holds config.json "
+          "and the *.safetensors weights",
+          model_arg);
     }
     return model_arg;
   }
   if (fs::exists(model_arg, ec)) {
-    return invalid_argument("[model] '{}' is a file; --model takes a model folder or a Hugging "
-                            "Face repo id (org/name)",
-                            model_arg);
+    return invalid_argument(
+        "[model] '{}' is a file; --model takes a model folder or a Hugging "
+        "Face repo id (org/name)",
+        model_arg);
   }
   if (!looks_like_hf_repo_id(model_arg)) {
-    return not_found("[model] '{}' is not a folder (nor a Hugging Face repo id of the form "
-                     "org/name)",
-                     model_arg);
+    return not_found(
+        "[model] '{}' is not a folder (nor a Hugging Face repo id of the form "
+        "org/name)",
+        model_arg);
   }
   return resolve_in_hf_cache(model_arg, revision, hf_hub_cache_dir());
 }

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,14 +30,17 @@ struct DTypeSpec {
   int bits;
 };
 constexpr DTypeSpec kDTypeSpecs[] = {
-    {"F32", DType::kF32, 32},       {"BF16", DType::kBF16, 16},     {"F16", DType::kF16, 16},
-    {"I32", DType::kI32, 32},       {"I64", DType::kI64, 64},       {"U8", DType::kU8, 8},
-    {"BOOL", std::nullopt, 8},      {"I8", std::nullopt, 8},        {"I16", std::nullopt, 16},
-    {"U16", std::nullopt, 16},      {"U32", std::nullopt, 32},      {"U64", std::nullopt, 64},
-    {"F64", std::nullopt, 64},      {"C64", std::nullopt, 64},      {"F8_E5M2", std::nullopt, 8},
-    {"F8_E4M3", std::nullopt, 8},   {"F8_E8M0", std::nullopt, 8},   {"F8_E4M3FNUZ", std::nullopt, 8},
-    {"F8_E5M2FNUZ", std::nullopt, 8}, {"F4", std::nullopt, 0},      {"F6_E2M3", std::nullopt, 0},
-    {"F6_E3M2", std::nullopt, 0},
+    {"F32", DType::kF32, 32},         {"BF16", DType::kBF16, 16},
+    {"F16", DType::kF16, 16},         {"I32", DType::kI32, 32},
+    {"I64", DType::kI64, 64},         {"U8", DType::kU8, 8},
+    {"BOOL", std::nullopt, 8},        {"I8", std::nullopt, 8},
+    {"I16", std::nullopt, 16},        {"U16", std::nullopt, 16},
+    {"U32", std::nullopt, 32},        {"U64", std::nullopt, 64},
+    {"F64", std::nullopt, 64},        {"C64", std::nullopt, 64},
+    {"F8_E5M2", std::nullopt, 8},     {"F8_E4M3", std::nullopt, 8},
+    {"F8_E8M0", std::nullopt, 8},     {"F8_E4M3FNUZ", std::nullopt, 8},
+    {"F8_E5M2FNUZ", std::nullopt, 8}, {"F4", std::nullopt, 0},
+    {"F6_E2M3", std::nullopt, 0},     {"F6_E3M2", std::nullopt, 0},
 };
 
 const DTypeSpec* find_dtype_spec(std::string_view name) {
@@ -118,13 +120,14 @@ Expected<ParsedTensor> parse_tensor_entry(const MappedFile& file, const std::str
   uint64_t begin = 0, end = 0;
   if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
       !read_u64((*offsets_it)[0], &begin) || !read_u64((*offsets_it)[1], &end)) {
-    return invalid_argument("[safetensors] {}: tensor '{}' needs 'data_offsets' [begin, end], got {}",
-                            path, name,
-                            offsets_it == entry.end() ? "nothing" : short_dump(*offsets_it));
+    return invalid_argument(
+        "[safetensors] {}: tensor '{}' needs 'data_offsets' [begin, end], got {}", path, name,
+        offsets_it == entry.end() ? "nothing" : short_dump(*offsets_it));
   }
   if (end < begin) {
-    return invalid_argument("[safetensors] {}: tensor '{}' has data_offsets [{}, {}] that end before they begin",
-                            path, name, begin, end);
+    return invalid_argument(
+        "[safetensors] {}: tensor '{}' has data_offsets [{}, {}] that end before they begin", path,
+        name, begin, end);
   }
   if (end > data_size_bytes) {
     return invalid_argument(
@@ -194,7 +197,8 @@ Expected<std::vector<ParsedTensor>> parse_safetensors(const MappedFile& file) {
   tensors.reserve(header.size());
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;  // free-form strings; nothing we need
-    PAGELLM_ASSIGN_OR_RETURN(ParsedTensor parsed, parse_tensor_entry(file, name, entry, data_begin));
+    PAGELLM_ASSIGN_OR_RETURN(ParsedTensor parsed,
+                             parse_tensor_entry(file, name, entry, data_begin));
     tensors.push_back(std::move(parsed));
   }
   return tensors;
@@ -263,8 +267,8 @@ Expected<Checkpoint> Checkpoint::open_file(const std::string& path) {
   std::set<std::string> shard_names;
   for (const auto& [name, shard] : weight_map->items()) {
     if (!shard.is_string()) {
-      return invalid_argument("[safetensors] {}: weight_map['{}'] must be a file name, got {}", path,
-                              name, short_dump(shard));
+      return invalid_argument("[safetensors] {}: weight_map['{}'] must be a file name, got {}",
+                              path, name, short_dump(shard));
     }
     shard_names.insert(shard.get<std::string>());
   }
@@ -273,8 +277,9 @@ Expected<Checkpoint> Checkpoint::open_file(const std::string& path) {
   }
   for (const auto& [name, shard] : weight_map->items()) {
     if (checkpoint.find(name) == nullptr && !checkpoint.unsupported_.contains(name)) {
-      return invalid_argument("[safetensors] {}: tensor '{}' is mapped to {}, which does not hold it",
-                              path, name, shard.get<std::string>());
+      return invalid_argument(
+          "[safetensors] {}: tensor '{}' is mapped to {}, which does not hold it", path, name,
+          shard.get<std::string>());
     }
   }
   return checkpoint;
@@ -287,7 +292,8 @@ Expected<Checkpoint> Checkpoint::open_dir(const std::string& model_dir) {
   }
   const fs::path dir(model_dir);
   if (fs::exists(dir / kIndexFileName, ec)) return open_file((dir / kIndexFileName).string());
-  if (fs::exists(dir / "model.safetensors", ec)) return open_file((dir / "model.safetensors").string());
+  if (fs::exists(dir / "model.safetensors", ec))
+    return open_file((dir / "model.safetensors").string());
   // No standard name: take every *.safetensors (sorted, so errors are reproducible).
   std::vector<std::string> paths;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {

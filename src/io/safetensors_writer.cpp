@@ -43,7 +43,8 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   const size_t expected_bytes = static_cast<size_t>(numel_of(shape)) * dtype_size_bytes(dtype);
   CHECK_MSG(bytes.size() == expected_bytes, "tensor '{}': {} bytes given, shape and dtype need {}",
             name, bytes.size(), expected_bytes);
-  CHECK_MSG(name != "__metadata__" && !entries_.contains(name), "tensor name '{}' used twice", name);
+  CHECK_MSG(name != "__metadata__" && !entries_.contains(name), "tensor name '{}' used twice",
+            name);
   entries_.emplace(std::move(name), Entry{dtype, std::move(shape), std::move(bytes)});
 }
 
@@ -66,10 +67,10 @@ std::string SafetensorsWriter::header_json() const {
   size_t offset_bytes = 0;
   for (const auto* entry : ordered()) {
     const auto& [name, tensor] = *entry;
-    header += fmt::format(R"(,{}:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})",
-                          nlohmann::json(name).dump(), safetensors_dtype_name(tensor.dtype),
-                          fmt::join(tensor.shape, ","), offset_bytes,
-                          offset_bytes + tensor.bytes.size());
+    header +=
+        fmt::format(R"(,{}:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})",
+                    nlohmann::json(name).dump(), safetensors_dtype_name(tensor.dtype),
+                    fmt::join(tensor.shape, ","), offset_bytes, offset_bytes + tensor.bytes.size());
     offset_bytes += tensor.bytes.size();
   }
   header += '}';

@@ -1,4 +1,5 @@
-// Helpers of the io tests. TempDir: a fresh folder under the system temp dir, removed with everything in it when the test ends.
+// Helpers of the io tests. TempDir: a fresh folder under the system temp dir, removed with
+// everything in it when the test ends.
 #pragma once
 
 #include <filesystem>

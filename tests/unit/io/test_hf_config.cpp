@@ -298,7 +298,8 @@ TEST(HfConfig, Qwen3SlidingWindowDerivation) {
   EXPECT_EQ(config.layer_types, std::vector<LayerType>(4, F));
 
   // An explicit list that says sliding while no window is set means full attention.
-  config_json["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  config_json["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
+                                "full_attention"};
   EXPECT_EQ(parse_ok(config_json).layer_types, std::vector<LayerType>(4, F));
 }
 
@@ -356,7 +357,8 @@ TEST(HfConfig, EosTokenIdForms) {
 
 TEST(HfConfig, RopeScalingV4AndV5) {
   json v4 = json::parse(kQwen3V4);
-  v4["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  v4["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
   ModelConfig config = parse_ok(v4);
   EXPECT_EQ(config.rope.type, "yarn");
   EXPECT_DOUBLE_EQ(config.rope.factor, 4.0);
@@ -365,8 +367,12 @@ TEST(HfConfig, RopeScalingV4AndV5) {
   EXPECT_FALSE(config.rope.attention_factor.has_value());
 
   json v5 = json::parse(kQwen3V5);
-  v5["rope_parameters"] = {{"rope_type", "yarn"},   {"rope_theta", 1e6},  {"factor", 2},
-                           {"beta_fast", 16},       {"beta_slow", 2},     {"attention_factor", 1.5},
+  v5["rope_parameters"] = {{"rope_type", "yarn"},
+                           {"rope_theta", 1e6},
+                           {"factor", 2},
+                           {"beta_fast", 16},
+                           {"beta_slow", 2},
+                           {"attention_factor", 1.5},
                            {"original_max_position_embeddings", 4096}};
   config = parse_ok(v5);
   EXPECT_EQ(config.rope.type, "yarn");
@@ -380,7 +386,8 @@ TEST(HfConfig, RopeScalingV4AndV5) {
   // rope_parameters (v5) wins over the top-level v4 keys when a config has both.
   v5["rope_theta"] = 123.0;
   v5["partial_rotary_factor"] = 0.5;
-  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}};
+  v5["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}};
   config = parse_ok(v5);
   EXPECT_DOUBLE_EQ(config.rope.theta, 1e7);
   EXPECT_DOUBLE_EQ(config.rope.partial_rotary_factor, 0.25);
@@ -391,10 +398,12 @@ TEST(HfConfig, RopeScalingV4AndV5) {
   EXPECT_DOUBLE_EQ(parse_ok(v5).rope.theta, 1e6);
 
   v5["rope_parameters"] = {{"rope_theta", "big"}};
-  EXPECT_EQ(parse_error(v5),
-            "[config] config.json: field 'rope_parameters.rope_theta' must be a number, got \"big\"");
+  EXPECT_EQ(
+      parse_error(v5),
+      "[config] config.json: field 'rope_parameters.rope_theta' must be a number, got \"big\"");
   v5["rope_parameters"] = {{"partial_rotary_factor", 1.5}};
-  EXPECT_EQ(parse_error(v5), "[config] config.json: partial_rotary_factor must be in (0, 1], got 1.5");
+  EXPECT_EQ(parse_error(v5),
+            "[config] config.json: partial_rotary_factor must be in (0, 1], got 1.5");
   v5["rope_parameters"] = "default";
   EXPECT_EQ(parse_error(v5),
             "[config] config.json: field 'rope_parameters' must be an object, got \"default\"");
@@ -429,12 +438,14 @@ TEST(HfConfig, WrongTypesNameTheFieldAndType) {
             "[config] config.json: field 'rms_norm_eps' must be a number, got []");
   EXPECT_EQ(error_with("model_type", 3),
             "[config] config.json: field 'model_type' must be a string, got 3");
-  EXPECT_EQ(error_with("architectures", json::array()),
-            "[config] config.json: field 'architectures' must be a non-empty list of strings, got []");
+  EXPECT_EQ(
+      error_with("architectures", json::array()),
+      "[config] config.json: field 'architectures' must be a non-empty list of strings, got []");
   EXPECT_EQ(error_with("hidden_size", 0),
             "[config] config.json: field 'hidden_size' must be ≥ 1, got 0");
-  EXPECT_EQ(error_with("num_key_value_heads", 3),
-            "[config] config.json: field 'num_key_value_heads' (3) must divide num_attention_heads (16)");
+  EXPECT_EQ(
+      error_with("num_key_value_heads", 3),
+      "[config] config.json: field 'num_key_value_heads' (3) must divide num_attention_heads (16)");
   EXPECT_EQ(error_with("torch_dtype", "float64"),
             "[config] config.json: field 'torch_dtype' is \"float64\"; pagellm runs float32, "
             "bfloat16 and float16");
@@ -456,16 +467,19 @@ TEST(HfConfig, WrongTypesNameTheFieldAndType) {
 TEST(HfConfig, TextConfigFieldsAreNamedAsSuch) {
   json config_json = json::parse(kQwen35Vlm);
   config_json["text_config"]["hidden_size"] = "wide";
-  EXPECT_EQ(parse_error(config_json),
-            "[config] config.json: field 'text_config.hidden_size' must be an integer, got \"wide\"");
+  EXPECT_EQ(
+      parse_error(config_json),
+      "[config] config.json: field 'text_config.hidden_size' must be an integer, got \"wide\"");
   config_json = json::parse(kQwen35Vlm);
   config_json["text_config"]["rope_parameters"]["mrope_section"] = {11, "x"};
-  EXPECT_EQ(parse_error(config_json),
-            "[config] config.json: field 'text_config.rope_parameters.mrope_section' must be a list "
-            "of integers, got [11,\"x\"]");
+  EXPECT_EQ(
+      parse_error(config_json),
+      "[config] config.json: field 'text_config.rope_parameters.mrope_section' must be a list "
+      "of integers, got [11,\"x\"]");
   config_json = json::parse(kQwen35Vlm);
   config_json["text_config"].erase("num_hidden_layers");
-  EXPECT_EQ(parse_error(config_json), "[config] config.json: missing required field 'num_hidden_layers'");
+  EXPECT_EQ(parse_error(config_json),
+            "[config] config.json: missing required field 'num_hidden_layers'");
 }
 
 TEST(HfConfig, LoadFromFile) {
@@ -483,7 +497,8 @@ TEST(HfConfig, LoadFromFile) {
 
   write_text_file(dir.file("config.json"), "{\"vocab_size\": 12,");
   const Status bad_json = load_model_config(dir.file("config.json")).status();
-  EXPECT_PRED2(has_substr, bad_json.message(), "[config] " + dir.file("config.json") + ": not valid JSON (");
+  EXPECT_PRED2(has_substr, bad_json.message(),
+               "[config] " + dir.file("config.json") + ": not valid JSON (");
 
   const Status absent = load_model_config(dir.file("nope.json")).status();
   EXPECT_EQ(absent.code(), StatusCode::kNotFound);

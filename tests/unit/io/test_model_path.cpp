@@ -80,9 +80,10 @@ TEST(ModelPath, FolderWithoutConfigIsAnError) {
   TempDir dir;
   auto path = resolve_model_path(dir.path().string(), "");
   ASSERT_FALSE(path.has_value());
-  EXPECT_EQ(path.status().message(),
-            "[model] folder '" + dir.path().string() +
-                "' has no config.json; a model folder holds config.json and the *.safetensors weights");
+  EXPECT_EQ(
+      path.status().message(),
+      "[model] folder '" + dir.path().string() +
+          "' has no config.json; a model folder holds config.json and the *.safetensors weights");
   write_text_file(dir.file("model.safetensors"), "x");
   auto file = resolve_model_path(dir.file("model.safetensors"), "");
   ASSERT_FALSE(file.has_value());
@@ -115,11 +116,12 @@ TEST(ModelPath, RevisionByRefNameOrCommitHash) {
   auto unknown = resolve_in_hf_cache("Qwen/Qwen3-0.6B", "v3", cache.hub());
   ASSERT_FALSE(unknown.has_value());
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(unknown.status().message(),
-            fmt::format("[model] revision 'v3' of 'Qwen/Qwen3-0.6B' is not in the Hugging Face cache "
-                        "({}; refs: [main, v2], snapshots: [{}, {}]); fetch it with "
-                        "`huggingface-cli download Qwen/Qwen3-0.6B --revision v3` first",
-                        cache.repo_dir.string(), kHashA, kHashB));
+  EXPECT_EQ(
+      unknown.status().message(),
+      fmt::format("[model] revision 'v3' of 'Qwen/Qwen3-0.6B' is not in the Hugging Face cache "
+                  "({}; refs: [main, v2], snapshots: [{}, {}]); fetch it with "
+                  "`huggingface-cli download Qwen/Qwen3-0.6B --revision v3` first",
+                  cache.repo_dir.string(), kHashA, kHashB));
 
   auto missing_hash = resolve_in_hf_cache("Qwen/Qwen3-0.6B", kHashC, cache.hub());
   ASSERT_FALSE(missing_hash.has_value());
@@ -163,16 +165,18 @@ TEST(ModelPath, NotFoundSaysWhereItLookedAndHowToFetch) {
   auto path = resolve_model_path("Qwen/Qwen3-0.6B", "");
   ASSERT_FALSE(path.has_value());
   EXPECT_EQ(path.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(path.status().message(),
-            "[model] 'Qwen/Qwen3-0.6B' is not a folder and not in the Hugging Face cache (looked in " +
-                hub.path().string() +
-                "); pagellm does not download models: fetch it with `huggingface-cli download "
-                "Qwen/Qwen3-0.6B` first");
+  EXPECT_EQ(
+      path.status().message(),
+      "[model] 'Qwen/Qwen3-0.6B' is not a folder and not in the Hugging Face cache (looked in " +
+          hub.path().string() +
+          "); pagellm does not download models: fetch it with `huggingface-cli download "
+          "Qwen/Qwen3-0.6B` first");
 
   auto not_repo = resolve_model_path("no_such_folder", "");
   ASSERT_FALSE(not_repo.has_value());
-  EXPECT_EQ(not_repo.status().message(),
-            "[model] 'no_such_folder' is not a folder (nor a Hugging Face repo id of the form org/name)");
+  EXPECT_EQ(
+      not_repo.status().message(),
+      "[model] 'no_such_folder' is not a folder (nor a Hugging Face repo id of the form org/name)");
 }
 
 TEST(ModelPath, ResolvesThroughTheEnvironment) {

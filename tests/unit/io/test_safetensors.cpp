@@ -13,9 +13,9 @@
 namespace pagellm {
 namespace {
 
-using pagellm::testing::TempDir;
 using pagellm::testing::has_substr;
 using pagellm::testing::starts_with;
+using pagellm::testing::TempDir;
 using pagellm::testing::write_text_file;
 
 std::vector<uint8_t> counting_bytes(size_t count, uint8_t start = 1) {
@@ -109,13 +109,12 @@ TEST(Safetensors, WriterMatchesPythonLayout) {
   writer.add("d", DType::kU8, {}, counting_bytes(1, 0x40));
   writer.add("a2", DType::kF32, {1, 1}, counting_bytes(4, 0x50));
   const std::vector<uint8_t> bytes = writer.serialize();
-  const std::string expected_json =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-      R"("a2":{"dtype":"F32","shape":[1,1],"data_offsets":[8,12]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]},)"
-      R"("a":{"dtype":"BF16","shape":[3],"data_offsets":[20,26]},)"
-      R"("d":{"dtype":"U8","shape":[],"data_offsets":[26,27]}})";
+  const std::string expected_json = R"({"__metadata__":{"format":"pt"},)"
+                                    R"("c":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                                    R"("a2":{"dtype":"F32","shape":[1,1],"data_offsets":[8,12]},)"
+                                    R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]},)"
+                                    R"("a":{"dtype":"BF16","shape":[3],"data_offsets":[20,26]},)"
+                                    R"("d":{"dtype":"U8","shape":[],"data_offsets":[26,27]}})";
   const size_t padded = (expected_json.size() + 7) / 8 * 8;
   ASSERT_EQ(bytes.size(), 8 + padded + 27);
   uint64_t header_length = 0;
@@ -123,9 +122,9 @@ TEST(Safetensors, WriterMatchesPythonLayout) {
   EXPECT_EQ(header_length, padded);
   const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(padded));
   EXPECT_EQ(header, expected_json + std::string(padded - expected_json.size(), ' '));
-  EXPECT_EQ(bytes[8 + padded], 0x30);       // c first
-  EXPECT_EQ(bytes[8 + padded + 8], 0x50);   // then a2
-  EXPECT_EQ(bytes.back(), 0x40);            // d last
+  EXPECT_EQ(bytes[8 + padded], 0x30);      // c first
+  EXPECT_EQ(bytes[8 + padded + 8], 0x50);  // then a2
+  EXPECT_EQ(bytes.back(), 0x40);           // d last
   // Deterministic: adding in another order gives the same bytes.
   SafetensorsWriter reordered;
   reordered.add("d", DType::kU8, {}, counting_bytes(1, 0x40));
@@ -134,6 +133,42 @@ TEST(Safetensors, WriterMatchesPythonLayout) {
   reordered.add("a", DType::kBF16, {3}, counting_bytes(6, 0x20));
   reordered.add("b", DType::kF32, {2}, counting_bytes(8, 0x10));
   EXPECT_EQ(reordered.serialize(), bytes);
+}
+
+// tests/data/io/python_layout.safetensors was written by safetensors 0.8.0 (torch 2.11) with
+// make_python_layout.py beside it, on the GPU machine.
+TEST(Safetensors, PythonWrittenFileReadsAndRewritesByteForByte) {
+  const std::string path =
+      std::string(PAGELLM_SOURCE_DIR) + "/tests/data/io/python_layout.safetensors";
+  auto checkpoint = Checkpoint::open_file(path);
+  ASSERT_TRUE(checkpoint.has_value()) << checkpoint.status().message();
+  EXPECT_EQ(checkpoint->names(),
+            (std::vector<std::string>{"a.bias", "a.weight", "b.weight", "h", "i", "layers.10.w",
+                                      "layers.2.w", "m", "scalar", "z"}));
+  const auto values_of = [&](const char* name, auto zero) {
+    const TensorInfo* info = checkpoint->find(name);
+    std::vector<decltype(zero)> values(info->nbytes / sizeof(zero));
+    std::memcpy(values.data(), info->data, info->nbytes);
+    return values;
+  };
+  EXPECT_EQ(values_of("b.weight", 0.0f), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(checkpoint->find("b.weight")->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values_of("a.weight", uint16_t{0}),
+            (std::vector<uint16_t>{0x0000, 0x3f80, 0x4000, 0x4040, 0x4080}));  // bf16 0..4
+  EXPECT_EQ(values_of("h", uint16_t{0}), (std::vector<uint16_t>{0x3c00, 0xc000, 0x3554}));
+  EXPECT_EQ(values_of("i", int32_t{0}), (std::vector<int32_t>{7, -8, 9}));
+  EXPECT_EQ(values_of("z", int64_t{0}), (std::vector<int64_t>{1, int64_t{1} << 40}));
+  EXPECT_EQ(values_of("m", uint8_t{0}), (std::vector<uint8_t>{1, 2, 255}));
+  EXPECT_EQ(checkpoint->find("scalar")->shape, std::vector<int64_t>{});
+  EXPECT_EQ(checkpoint->find("scalar")->dtype, DType::kBF16);
+
+  SafetensorsWriter writer;
+  for (const std::string& name : checkpoint->names()) {
+    const TensorInfo* info = checkpoint->find(name);
+    const auto* data = static_cast<const uint8_t*>(info->data);
+    writer.add(name, info->dtype, info->shape, std::vector<uint8_t>(data, data + info->nbytes));
+  }
+  EXPECT_EQ(writer.serialize(), read_all(path));
 }
 
 TEST(Safetensors, WriteFileEqualsSerialize) {
@@ -155,8 +190,10 @@ void write_shard(const std::string& path, const std::vector<std::string>& names)
 
 TEST(Safetensors, ShardedIndexOpensAllShards) {
   TempDir dir;
-  write_shard(dir.file("model-00001-of-00002.safetensors"), {"model.embed_tokens.weight", "model.layers.0.w"});
-  write_shard(dir.file("model-00002-of-00002.safetensors"), {"model.norm.weight", "lm_head.weight"});
+  write_shard(dir.file("model-00001-of-00002.safetensors"),
+              {"model.embed_tokens.weight", "model.layers.0.w"});
+  write_shard(dir.file("model-00002-of-00002.safetensors"),
+              {"model.norm.weight", "lm_head.weight"});
   write_text_file(dir.file("model.safetensors.index.json"), R"({
     "metadata": {"total_size": 64},
     "weight_map": {
@@ -173,7 +210,8 @@ TEST(Safetensors, ShardedIndexOpensAllShards) {
             (std::vector<std::string>{"lm_head.weight", "model.embed_tokens.weight",
                                       "model.layers.0.w", "model.norm.weight"}));
   EXPECT_EQ(checkpoint->find("lm_head.weight")->file, dir.file("model-00002-of-00002.safetensors"));
-  EXPECT_EQ(checkpoint->find("model.layers.0.w")->file, dir.file("model-00001-of-00002.safetensors"));
+  EXPECT_EQ(checkpoint->find("model.layers.0.w")->file,
+            dir.file("model-00001-of-00002.safetensors"));
   EXPECT_EQ(checkpoint->find("stray"), nullptr);
 }
 
@@ -227,8 +265,9 @@ TEST(Safetensors, MissingFile) {
   auto checkpoint = Checkpoint::open_file(dir.file("model.safetensors"));
   ASSERT_FALSE(checkpoint.has_value());
   EXPECT_EQ(checkpoint.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(checkpoint.status().message(),
-            "[safetensors] cannot open " + dir.file("model.safetensors") + ": No such file or directory");
+  EXPECT_EQ(
+      checkpoint.status().message(),
+      "[safetensors] cannot open " + dir.file("model.safetensors") + ": No such file or directory");
 }
 
 TEST(Safetensors, TruncatedFileIsAClearError) {
@@ -264,9 +303,10 @@ TEST(Safetensors, HeaderLengthLargerThanFile) {
   TempDir dir;
   const std::string path = dir.file("model.safetensors");
   write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, 1ull << 40);
-  EXPECT_EQ(open_error(path), "[safetensors] " + path +
-                                  ": header length 1099511627776 is larger than the rest of the "
-                                  "file (58 bytes); the file is truncated or not a safetensors file");
+  EXPECT_EQ(open_error(path),
+            "[safetensors] " + path +
+                ": header length 1099511627776 is larger than the rest of the "
+                "file (58 bytes); the file is truncated or not a safetensors file");
   write_raw(path, "{}", 0, ~0ull);  // would overflow 8 + length
   EXPECT_PRED2(has_substr, open_error(path), "header length 18446744073709551615 is larger");
 }
@@ -275,9 +315,11 @@ TEST(Safetensors, HeaderGarbage) {
   TempDir dir;
   const std::string path = dir.file("model.safetensors");
   write_raw(path, "this is not json at all", 16);
-  EXPECT_PRED2(starts_with, open_error(path), "[safetensors] " + path + ": header is not valid JSON (");
+  EXPECT_PRED2(starts_with, open_error(path),
+               "[safetensors] " + path + ": header is not valid JSON (");
   write_raw(path, "[1, 2, 3]", 0);
-  EXPECT_EQ(open_error(path), "[safetensors] " + path + ": header must be a JSON object, got [1,2,3]");
+  EXPECT_EQ(open_error(path),
+            "[safetensors] " + path + ": header must be a JSON object, got [1,2,3]");
   write_raw(path, R"({"x": 5})", 0);
   EXPECT_PRED2(has_substr, open_error(path), "tensor 'x' entry must be an object, got 5");
   write_raw(path, R"({"x":{"shape":[1],"data_offsets":[0,4]}})", 4);
@@ -287,7 +329,8 @@ TEST(Safetensors, HeaderGarbage) {
   write_raw(path, R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4);
   EXPECT_PRED2(has_substr, open_error(path), "tensor 'x' has a bad shape [-1]");
   write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4);
-  EXPECT_PRED2(has_substr, open_error(path), "tensor 'x' needs 'data_offsets' [begin, end], got [0]");
+  EXPECT_PRED2(has_substr, open_error(path),
+               "tensor 'x' needs 'data_offsets' [begin, end], got [0]");
   write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8);
   EXPECT_PRED2(has_substr, open_error(path), "data_offsets [8, 4] that end before they begin");
   write_raw(path, R"({"x":{"dtype":"Q4_K","shape":[1],"data_offsets":[0,4]}})", 4);
@@ -313,9 +356,10 @@ TEST(Safetensors, ShapeAndOffsetsDisagree) {
                                   ": tensor 'w' has shape [2, 3] and dtype BF16 (12 bytes) but its "
                                   "data_offsets span 16 bytes");
   // A shape whose byte count overflows 64 bits must not wrap around into a match.
-  write_raw(path,
-            R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0);
-  EXPECT_PRED2(has_substr, open_error(path), "(overflowing bytes) but its data_offsets span 0 bytes");
+  write_raw(path, R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
+            0);
+  EXPECT_PRED2(has_substr, open_error(path),
+               "(overflowing bytes) but its data_offsets span 0 bytes");
 }
 
 TEST(Safetensors, MetadataIgnoredAndUnsupportedDTypeReportedOnRequest) {
@@ -333,12 +377,12 @@ TEST(Safetensors, MetadataIgnoredAndUnsupportedDTypeReportedOnRequest) {
   auto fetched = checkpoint->get("d", {1});
   ASSERT_FALSE(fetched.has_value());
   EXPECT_EQ(fetched.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(fetched.status().message(),
-            "[checkpoint] tensor 'd' is stored as F64 in " + path +
-                "; pagellm reads F32, BF16, F16, I32, I64 and U8");
+  EXPECT_EQ(fetched.status().message(), "[checkpoint] tensor 'd' is stored as F64 in " + path +
+                                            "; pagellm reads F32, BF16, F16, I32, I64 and U8");
   // The span of a known-but-unsupported dtype is still checked.
   write_raw(path, R"({"d":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", 8);
-  EXPECT_PRED2(has_substr, open_error(path), "dtype F64 (16 bytes) but its data_offsets span 8 bytes");
+  EXPECT_PRED2(has_substr, open_error(path),
+               "dtype F64 (16 bytes) but its data_offsets span 8 bytes");
 }
 
 TEST(Safetensors, GetValidatesShapeDTypeAndPresence) {
@@ -353,20 +397,21 @@ TEST(Safetensors, GetValidatesShapeDTypeAndPresence) {
   ASSERT_FALSE(wrong_shape.has_value());
   EXPECT_EQ(wrong_shape.status().message(),
             "[checkpoint] tensor 'model.layers.0.self_attn.q_proj.weight' has shape [8, 4], "
-            "expected [4, 8] (in " + dir.file("model.safetensors") + ")");
+            "expected [4, 8] (in " +
+                dir.file("model.safetensors") + ")");
 
   auto wrong_dtype = checkpoint->get("model.layers.0.self_attn.q_proj.weight", {8, 4}, DType::kF32);
   ASSERT_FALSE(wrong_dtype.has_value());
   EXPECT_EQ(wrong_dtype.status().message(),
             "[checkpoint] tensor 'model.layers.0.self_attn.q_proj.weight' has dtype BF16, expected "
-            "F32 (in " + dir.file("model.safetensors") + ")");
+            "F32 (in " +
+                dir.file("model.safetensors") + ")");
 
   auto missing = checkpoint->get("lm_head.weight", {16, 4});
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(),
-            "[checkpoint] tensor 'lm_head.weight' is missing from " + dir.file("model.safetensors") +
-                " (1 tensors)");
+  EXPECT_EQ(missing.status().message(), "[checkpoint] tensor 'lm_head.weight' is missing from " +
+                                            dir.file("model.safetensors") + " (1 tensors)");
 
   EXPECT_TRUE(checkpoint->get("model.layers.0.self_attn.q_proj.weight", {8, 4}).has_value());
 }
