@@ -2,11 +2,42 @@
 
 #include <cctype>
 
+#include "tokenizer/tokenizer.h"
+
 namespace pagellm::bench {
 
+namespace {
+
+class HfBenchTokenizer : public BenchTokenizer {
+ public:
+  explicit HfBenchTokenizer(std::shared_ptr<const Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
+
+  // Special tokens are added as vLLM's datasets count them (tokenizer(prompt).input_ids).
+  int count_tokens(std::string_view text) const override {
+    auto ids = tokenizer_->encode(text, /*add_special_tokens=*/true);
+    // encode() fails only on text the tokenizer cannot represent; a word count keeps the
+    // dataset usable and the lengths close.
+    return ids.has_value() ? static_cast<int>(ids->size()) : count_words(text);
+  }
+  // Random ids may hit special tokens; they are dropped so chat text carries no control tokens.
+  std::string decode(const std::vector<int32_t>& token_ids) const override {
+    return tokenizer_->decode(token_ids, /*skip_special_tokens=*/true);
+  }
+  int vocab_size() const override { return static_cast<int>(tokenizer_->vocab_size()); }
+
+ private:
+  std::shared_ptr<const Tokenizer> tokenizer_;
+};
+
+}  // namespace
+
 Expected<std::unique_ptr<BenchTokenizer>> load_bench_tokenizer(const std::string& dir) {
-  // The tokenizer library (src/tokenizer) is being written; wire it here when it lands.
-  return unimplemented("[bench] --tokenizer not available yet (asked for '{}')", dir);
+  auto tokenizer = Tokenizer::from_dir(dir);
+  if (!tokenizer.has_value()) {
+    return Status(tokenizer.status().code(),
+                  "[bench] --tokenizer '" + dir + "': " + tokenizer.status().message());
+  }
+  return std::unique_ptr<BenchTokenizer>(std::make_unique<HfBenchTokenizer>(std::move(tokenizer).value()));
 }
 
 int count_words(std::string_view text) {

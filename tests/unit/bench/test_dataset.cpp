@@ -160,11 +160,37 @@ TEST(ShareGpt, ErrorsSayWhatIsWrong) {
   EXPECT_NE(load_sharegpt_dataset(options, nullptr).status().message().find("--dataset-path"), std::string::npos);
 }
 
-TEST(Tokenizer, ClearErrorUntilTheLibraryLands) {
-  auto tokenizer = load_bench_tokenizer("/some/model");
-  if (!tokenizer.has_value()) {
-    EXPECT_NE(tokenizer.status().message().find("[bench]"), std::string::npos);
-  }
+TEST(Tokenizer, MissingDirectoryIsABenchError) {
+  auto tokenizer = load_bench_tokenizer("/nonexistent/model");
+  ASSERT_FALSE(tokenizer.has_value());
+  EXPECT_EQ(tokenizer.status().message().rfind("[bench] --tokenizer", 0), 0u) << tokenizer.status().message();
+}
+
+// With a real tokenizer (assets/tokenizers/, fetched by the setup script): exact ShareGPT lengths and
+// random ids decoded to chat text.
+TEST(Tokenizer, RealTokenizerDrivesBothDatasets) {
+  const std::string dir = std::string(PAGELLM_SOURCE_DIR) + "/assets/tokenizers/qwen3";
+  auto loaded = load_bench_tokenizer(dir);
+  if (!loaded.has_value()) GTEST_SKIP() << loaded.status().message();
+  const BenchTokenizer& tokenizer = **loaded;
+  EXPECT_GT(tokenizer.vocab_size(), 100000);
+  EXPECT_GE(tokenizer.count_tokens("Hello world, this is a test."), 5);
+
+  ShareGptOptions sharegpt;
+  sharegpt.path = kShareGptPath;
+  sharegpt.num_prompts = 5;
+  Dataset exact = load_sharegpt_dataset(sharegpt, &tokenizer).value();
+  ASSERT_EQ(exact.requests.size(), 5u);
+  EXPECT_EQ(exact.requests[0].prompt_len, tokenizer.count_tokens(exact.requests[0].prompt_text));
+  EXPECT_TRUE(exact.notes.empty());
+
+  RandomDatasetOptions random;
+  random.num_prompts = 2;
+  random.input_len = 32;
+  random.as_text = true;
+  Dataset text = make_random_dataset(random, &tokenizer).value();
+  EXPECT_FALSE(text.requests[0].prompt_text.empty());
+  EXPECT_TRUE(text.notes.empty());
 }
 
 }  // namespace
