@@ -45,6 +45,9 @@ class Backend {
   // The dtype weights are stored in for a checkpoint whose activations are `activation_dtype`
   // (the CPU widens to f32; GPUs keep the checkpoint's dtype).
   virtual DType weight_dtype(DType activation_dtype) const = 0;
+  // Bytes the KV cache may still take on this device (host RAM available on the CPU, free device
+  // memory on a GPU); -1 when unknown.
+  virtual int64_t free_memory_bytes() const { return -1; }
   // Zero-filled tensor on this backend's device.
   virtual Tensor alloc(Shape shape, DType dtype) = 0;
   // Copies between any two devices; shapes must have equal numel, dtypes equal.

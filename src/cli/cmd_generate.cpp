@@ -55,12 +55,12 @@ nlohmann::ordered_json output_json(const std::vector<int32_t>& prompt_ids, const
   item["prompt_ids"] = prompt_ids;
   item["token_ids"] = out.token_ids;
   if (tokenizer) item["text"] = tokenizer->decode(out.token_ids, true);
-  item["finish_reason"] = out.finish_reason;
+  item["finish_reason"] = finish_reason_name(out.finish_reason);
   if (!out.logprobs.empty()) {
     nlohmann::ordered_json steps = nlohmann::ordered_json::array();
     for (const auto& step : out.logprobs) {
       nlohmann::ordered_json top = nlohmann::ordered_json::array();
-      for (const TokenLogprob& lp : step) top.push_back({{"id", lp.id}, {"logprob", lp.logprob}});
+      for (const TokenLogprob& lp : step.top) top.push_back({{"id", lp.token_id}, {"logprob", lp.logprob}});
       steps.push_back(top);
     }
     item["logprobs"] = steps;
@@ -86,13 +86,12 @@ void run_generate(const GenerateArgs& args) {
   auto backend = value_or_throw(make_backend(args.device));
   auto model = value_or_throw(load_model(model_dir, *backend));
   SequenceOptions options;
-  options.max_tokens = args.max_tokens;
-  options.temperature = args.temperature;
-  options.seed = args.seed;
-  options.logprobs = args.logprobs;
-  if (!args.ignore_eos) {
-    for (int64_t id : model->config().eos_token_ids) options.stop_token_ids.push_back(static_cast<int32_t>(id));
-  }
+  options.sampling.max_tokens = args.max_tokens;
+  options.sampling.temperature = args.temperature;
+  options.sampling.seed = args.seed;
+  if (args.logprobs > 0) options.sampling.num_logprobs = args.logprobs;
+  options.sampling.ignore_eos = args.ignore_eos;
+  for (int64_t id : model->config().eos_token_ids) options.sampling.eos_token_ids.push_back(static_cast<int32_t>(id));
   const auto started = std::chrono::steady_clock::now();
   SequenceOutput out = value_or_throw(generate_sequence(*model, *backend, prompt_ids, options));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -107,7 +106,7 @@ void run_generate(const GenerateArgs& args) {
   }
   std::fprintf(stderr, "pagellm: %zu prompt + %zu generated tokens in %.3f s (%.1f tok/s), finish_reason %s\n",
                prompt_ids.size(), out.token_ids.size(), seconds,
-               static_cast<double>(out.token_ids.size()) / seconds, out.finish_reason.c_str());
+               static_cast<double>(out.token_ids.size()) / seconds, std::string(finish_reason_name(out.finish_reason)).c_str());
 }
 
 }  // namespace

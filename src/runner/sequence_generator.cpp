@@ -62,18 +62,26 @@ class DeviceStep {
   std::vector<Tensor> tensors_;
 };
 
+// EOS (unless ignore_eos) or a stop token id, once min_tokens are out (the scheduler's rule too).
+bool is_stop_token(const SamplingParams& sampling, int32_t id, int num_output_tokens) {
+  if (num_output_tokens < sampling.min_tokens) return false;
+  auto contains = [id](const std::vector<TokenId>& ids) { return std::find(ids.begin(), ids.end(), id) != ids.end(); };
+  return (!sampling.ignore_eos && contains(sampling.eos_token_ids)) || contains(sampling.stop_token_ids);
+}
+
 }  // namespace
 
 Expected<SequenceOutput> generate_sequence(Model& model, Backend& backend, const std::vector<int32_t>& prompt_ids,
                                            const SequenceOptions& options) {
   const ModelConfig& config = model.config();
   if (prompt_ids.empty()) return invalid_argument("[generate] the prompt is empty");
-  if (options.max_tokens < 1) return invalid_argument("[generate] max_tokens must be >= 1, got {}", options.max_tokens);
+  PAGELLM_RETURN_IF_ERROR(options.sampling.validate());
+  const SamplingParams& sampling = options.sampling;
   for (int32_t id : prompt_ids)
     if (id < 0 || id >= config.vocab_size)
       return invalid_argument("[generate] prompt token id {} is outside the vocabulary (vocab_size {})", id,
                               config.vocab_size);
-  const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + options.max_tokens;
+  const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + sampling.max_tokens;
   const MemorySpec spec = model.memory_spec();
   std::vector<Tensor> cache_tensors;
   CacheViews caches;
@@ -86,25 +94,33 @@ Expected<SequenceOutput> generate_sequence(Model& model, Backend& backend, const
   Tensor logits = backend.alloc({1, vocab}, model.activation_dtype());
   Tensor logits_host = Tensor::cpu({1, vocab}, model.activation_dtype());
   std::vector<float> row(static_cast<size_t>(vocab));
-  SeededStream stream(options.seed);
   SequenceOutput out;
-  out.finish_reason = "length";
+  std::vector<int32_t> history = prompt_ids;
   std::vector<int32_t> pending = prompt_ids;
   int64_t start = 0;
-  for (int step = 0; step < options.max_tokens; ++step) {
+  for (int step = 0; step < sampling.max_tokens; ++step) {
     SingleSequenceStep host(pending, start);
     DeviceStep device(backend, host, start);
     model.forward(device.batch, caches, logits.view());
     backend.copy(logits_host.view(), logits.view());
     convert_to_f32(logits_host.ptr<void>(), logits_host.dtype(), row.data(), row.size());
     if (step == 0) out.prompt_logits = row;
-    const int32_t next = choose_token(row.data(), vocab, options.temperature, stream);
+    SampleInputs inputs;
+    inputs.logits = row;
+    inputs.params = &sampling;
+    inputs.history = history;
+    inputs.num_prompt_tokens = static_cast<int>(prompt_ids.size());
+    inputs.num_output_tokens = step;
+    inputs.seed = sampling.seed.value_or(options.seed);
+    SampleOutput sampled = sample_token(inputs);
+    const int32_t next = sampled.token_id;
     out.token_ids.push_back(next);
-    if (options.logprobs > 0) out.logprobs.push_back(top_logprobs(log_softmax_row(row.data(), vocab), options.logprobs));
+    history.push_back(next);
+    if (sampled.logprobs) out.logprobs.push_back(std::move(*sampled.logprobs));
     start += static_cast<int64_t>(pending.size());
     pending = {next};
-    if (std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), next) != options.stop_token_ids.end()) {
-      out.finish_reason = "stop";
+    if (is_stop_token(sampling, next, static_cast<int>(out.token_ids.size()))) {
+      out.finish_reason = FinishReason::kStop;
       break;
     }
   }

@@ -7,23 +7,20 @@
 #include <vector>
 
 #include "model/model.h"
-#include "runner/sampling.h"
+#include "runner/sampler.h"
 
 namespace pagellm {
 
 struct SequenceOptions {
-  int max_tokens = 16;
-  float temperature = 0.0f;
-  uint64_t seed = 0;
-  int logprobs = 0;  // top-K log-probabilities per generated token (0 = none)
-  std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
+  SamplingParams sampling;  // max_tokens, temperature, stop ids, eos ids, num_logprobs, ...
+  uint64_t seed = 0;        // used when sampling.seed is not set
 };
 
 struct SequenceOutput {
   std::vector<int32_t> token_ids;
-  std::vector<std::vector<TokenLogprob>> logprobs;  // [generated step][K]
+  std::vector<SampledLogprobs> logprobs;  // one per generated token when num_logprobs is set
   std::vector<float> prompt_logits;  // next-token logits after the prompt, [vocab], as the model wrote them
-  std::string finish_reason;        // "stop" or "length"
+  FinishReason finish_reason = FinishReason::kLength;
 };
 
 // Checks the prompt against the model ("[generate] prompt token id 9999 is outside the vocabulary

@@ -52,7 +52,8 @@ TEST_P(Qwen3Golden, MatchesTransformers) {
     const std::vector<float> margins = c["top1_margins"];
     const std::vector<float> want_logits = c["prompt_next_token_logits"];
     SequenceOptions options;
-    options.max_tokens = static_cast<int>(want.size());
+    options.sampling.temperature = 0.0f;
+    options.sampling.max_tokens = static_cast<int>(want.size());
     auto got = generate_sequence(**model, **backend, prompt, options);
     ASSERT_TRUE(got.has_value()) << got.status().message();
     SCOPED_TRACE("prompt of " + std::to_string(prompt.size()) + " tokens");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -50,6 +51,19 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 }  // namespace
 
 Tensor CpuBackend::alloc(Shape shape, DType dtype) { return Tensor::cpu(shape, dtype); }
+
+int64_t CpuBackend::free_memory_bytes() const {
+  std::FILE* file = std::fopen("/proc/meminfo", "r");
+  if (!file) return -1;
+  char line[256];
+  int64_t available_kib = -1;
+  while (std::fgets(line, sizeof(line), file)) {
+    long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) available_kib = kib;
+  }
+  std::fclose(file);
+  return available_kib < 0 ? -1 : available_kib * 1024;
+}
 
 void CpuBackend::copy(TensorView dst, const TensorView& src) {
   CHECK_MSG(dst.device == Device::kCpu && src.device == Device::kCpu, "cpu backend copies host memory");

@@ -12,6 +12,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
   DType weight_dtype(DType) const override { return DType::kF32; }
+  int64_t free_memory_bytes() const override;  // MemAvailable of /proc/meminfo
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override {}

@@ -1,0 +1,303 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "cache/kv_cache_budget.h"
+#include "core/logging.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/stop_strings.h"
+
+namespace pagellm {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+// Engine-thread state of one live request.
+struct Engine::Live {
+  std::shared_ptr<OutputChannel> channel;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+  std::unique_ptr<StopStringMatcher> stop_matcher;      // null without stop strings
+  Clock::time_point submitted, last_token;
+  bool has_first_token = false;
+  int num_prompt_tokens = 0;
+};
+
+Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config) {
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend));
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(config.model_dir) / "tokenizer.json")) {
+    PAGELLM_ASSIGN_OR_RETURN(tokenizer, Tokenizer::from_dir(config.model_dir));
+  }
+  return create(config, std::move(backend), std::move(model), std::move(tokenizer));
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, std::unique_ptr<Backend> backend,
+                                                 std::unique_ptr<Model> model,
+                                                 std::shared_ptr<const Tokenizer> tokenizer) {
+  EngineConfig config = config_in;
+  if (config.block_size < 1 || config.block_size > 1024)
+    return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
+  const MemorySpec spec = model->memory_spec();
+  const KvBlockShape shape{static_cast<int>(spec.num_attention_layers), config.block_size,
+                           static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
+                           static_cast<int>(dtype_size_bytes(spec.kv_dtype))};
+  const int64_t bytes_per_block = kv_bytes_per_block(shape);
+  int64_t budget = config.kv_cache_memory_bytes;
+  if (budget <= 0) {
+    const int64_t free_bytes = backend->free_memory_bytes();
+    if (free_bytes <= 0) return invalid_argument("[engine] cannot tell free memory: give --kv-cache-memory BYTES");
+    budget = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_memory_fraction);
+  }
+  const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
+  if (num_blocks < 1)
+    return invalid_argument("[engine] the KV cache budget of {} bytes holds no block of {} bytes", budget,
+                            bytes_per_block);
+  const int64_t model_limit = model->config().max_position_embeddings > 0 ? model->config().max_position_embeddings : 4096;
+  const int64_t cache_tokens = num_blocks * config.block_size;
+  if (config.max_model_len <= 0) config.max_model_len = static_cast<int>(std::min(model_limit, cache_tokens));
+  if (config.max_model_len > cache_tokens)
+    return invalid_argument("[engine] max_model_len {} needs more KV cache than the budget gives ({} tokens); "
+                            "lower --max-model-len or raise --kv-cache-memory", config.max_model_len, cache_tokens);
+  LOG_INFO("{}", kv_cache_summary(num_blocks, config.block_size, bytes_per_block, config.max_model_len));
+  auto engine = std::unique_ptr<Engine>(new Engine(config, std::move(backend), std::move(model), std::move(tokenizer),
+                                                   static_cast<int>(num_blocks)));
+  PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
+  return engine;
+}
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
+               std::shared_ptr<const Tokenizer> tokenizer, int num_blocks)
+    : config_(config), backend_(std::move(backend)), model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
+  SchedulerConfig sched;
+  sched.max_num_seqs = config.max_num_seqs;
+  sched.max_num_batched_tokens = config.max_num_batched_tokens;
+  sched.block_size = config.block_size;
+  sched.num_blocks = num_blocks;
+  sched.max_model_len = config.max_model_len;
+  sched.enable_prefix_caching = config.enable_prefix_caching;
+  sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
+  CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
+  scheduler_ = std::make_unique<Scheduler>(sched);
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size);
+  metrics_.update([&](EngineMetrics& m) {
+    m.kv_blocks_total = num_blocks;
+    m.block_size = config.block_size;
+  });
+}
+
+Engine::~Engine() { stop(); }
+
+Expected<std::shared_ptr<OutputChannel>> Engine::submit(GenerateRequest request) {
+  const ModelConfig& mc = model_->config();
+  SamplingParams& sampling = request.sampling;
+  for (int64_t id : mc.eos_token_ids) sampling.eos_token_ids.push_back(static_cast<TokenId>(id));
+  PAGELLM_RETURN_IF_ERROR(sampling.validate());
+  if (request.prompt_token_ids.empty()) return invalid_argument("[engine] the prompt is empty");
+  for (TokenId id : request.prompt_token_ids)
+    if (id < 0 || id >= mc.vocab_size)
+      return invalid_argument("[engine] prompt token id {} is outside the vocabulary (vocab_size {})", id,
+                              mc.vocab_size);
+  const int64_t total = static_cast<int64_t>(request.prompt_token_ids.size()) + sampling.max_tokens;
+  if (total > config_.max_model_len)
+    return invalid_argument("[engine] prompt of {} tokens + max_tokens {} = {} exceeds max_model_len {}",
+                            request.prompt_token_ids.size(), sampling.max_tokens, total, config_.max_model_len);
+  auto live = std::make_shared<Live>();
+  live->submitted = Clock::now();
+  live->num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+  if (tokenizer_) live->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_, request.skip_special_tokens);
+  if (!request.stop_strings.empty()) {
+    if (!tokenizer_) return invalid_argument("[engine] stop strings need a tokenizer; this model has none");
+    live->stop_matcher = std::make_unique<StopStringMatcher>(request.stop_strings, request.include_stop_string);
+  }
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    if (stop_requested_) return Status(StatusCode::kUnavailable, "[engine] shutting down");
+    if (num_queued_ >= config_.max_waiting)
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("[engine] too many requests in flight ({}); retry later", num_queued_));
+    const RequestId id = next_request_id_++;
+    live->channel = std::make_shared<OutputChannel>(id);
+    ++num_queued_;
+    pending_submits_.emplace_back(Request(id, std::move(request.prompt_token_ids), std::move(sampling)), live);
+  }
+  inbox_ready_.notify_one();
+  return live->channel;
+}
+
+void Engine::abort(RequestId request_id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    pending_aborts_.push_back(request_id);
+  }
+  inbox_ready_.notify_one();
+}
+
+void Engine::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] { run_loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    stop_requested_ = true;
+  }
+  inbox_ready_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  running_ = false;
+}
+
+bool Engine::drain_inbox(bool wait) {
+  std::vector<std::pair<Request, std::shared_ptr<Live>>> submits;
+  std::vector<RequestId> aborts;
+  bool stopping;
+  {
+    std::unique_lock<std::mutex> lock(inbox_mutex_);
+    if (wait)
+      inbox_ready_.wait(lock, [this] { return stop_requested_ || !pending_submits_.empty() || !pending_aborts_.empty(); });
+    submits.swap(pending_submits_);
+    aborts.swap(pending_aborts_);
+    stopping = stop_requested_;
+  }
+  for (auto& [request, live] : submits) {
+    const RequestId id = request.id();
+    live_[id] = live;
+    Status added = scheduler_->add(std::move(request));
+    if (!added.is_ok()) end_request(id, FinishReason::kAbort, added);
+  }
+  for (RequestId id : aborts) {
+    if (scheduler_->abort(id).is_ok()) end_request(id, FinishReason::kAbort, Status::ok());
+  }
+  return !stopping;
+}
+
+void Engine::run_loop() {
+  while (drain_inbox(/*wait=*/!scheduler_->has_unfinished_requests())) {
+    if (scheduler_->has_unfinished_requests()) step();
+  }
+  // Shutdown: everything still live ends as aborted.
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) {
+    (void)scheduler_->abort(id);
+    end_request(id, FinishReason::kAbort, Status::ok());
+  }
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  for (auto& [request, live] : pending_submits_) {
+    RequestOutput out;
+    out.finish_reason = FinishReason::kAbort;
+    live->channel->push(std::move(out));
+  }
+  pending_submits_.clear();
+}
+
+void Engine::step() {
+  const auto started = Clock::now();
+  StepPlan plan = scheduler_->schedule();
+  StepResult result = runner_->execute(plan);
+  std::vector<RequestUpdate> updates = scheduler_->commit(plan, result);
+  publish(updates);
+  const double step_s = seconds_between(started, Clock::now());
+  const SchedulerStats stats = scheduler_->stats();
+  metrics_.update([&](EngineMetrics& m) {
+    m.num_running = stats.num_running;
+    m.num_waiting = stats.num_waiting;
+    m.kv_blocks_used = stats.num_kv_blocks_used;
+    m.prefix_cache_query_tokens = static_cast<uint64_t>(stats.prefix_cache_query_tokens);
+    m.prefix_cache_hit_tokens = static_cast<uint64_t>(stats.prefix_cache_hit_tokens);
+    m.preemptions = static_cast<uint64_t>(stats.num_preemptions);
+    if (!plan.empty()) {
+      ++m.steps;
+      m.step_time_total_s += step_s;
+      m.step_time.observe(step_s);
+    }
+  });
+}
+
+void Engine::publish(const std::vector<RequestUpdate>& updates) {
+  const auto now = Clock::now();
+  for (const RequestUpdate& update : updates) {
+    auto it = live_.find(update.request_id);
+    if (it == live_.end()) continue;
+    Live& live = *it->second;
+    RequestOutput out;
+    out.num_prompt_tokens = update.num_prompt_tokens;
+    out.num_output_tokens = update.num_output_tokens;
+    out.num_cached_tokens = update.num_prefix_cached_tokens;
+    std::optional<FinishReason> finish = update.finish_reason;
+    if (update.new_token_id) {
+      const TokenId token = *update.new_token_id;
+      out.token_ids.push_back(token);
+      if (update.logprobs) out.logprobs.push_back(*update.logprobs);
+      metrics_.update([&](EngineMetrics& m) {
+        ++m.generation_tokens;
+        if (!live.has_first_token) {
+          m.ttft.observe(seconds_between(live.submitted, now));
+          m.prompt_tokens += static_cast<uint64_t>(live.num_prompt_tokens);
+        } else {
+          m.inter_token.observe(seconds_between(live.last_token, now));
+        }
+      });
+      live.has_first_token = true;
+      live.last_token = now;
+      if (live.detokenizer) {
+        std::string delta = live.detokenizer->feed(token);
+        if (finish) delta += live.detokenizer->finish();
+        if (live.stop_matcher) {
+          StopStringMatcher::Result matched = live.stop_matcher->feed(delta);
+          out.text = std::move(matched.text);
+          if (matched.stopped) {
+            if (!finish) (void)scheduler_->finish_early(update.request_id, FinishReason::kStop);
+            finish = FinishReason::kStop;
+          } else if (finish) {
+            out.text += live.stop_matcher->finish();
+          }
+        } else {
+          out.text = std::move(delta);
+        }
+      }
+    }
+    if (finish) {
+      out.finish_reason = finish;
+      live.channel->push(std::move(out));
+      end_request(update.request_id, *finish, Status::ok());
+    } else {
+      live.channel->push(std::move(out));
+    }
+  }
+}
+
+void Engine::end_request(RequestId id, FinishReason reason, Status error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  std::shared_ptr<Live> live = it->second;
+  live_.erase(it);
+  if (!live->channel->finished()) {
+    RequestOutput out;
+    out.finish_reason = reason;
+    out.error = std::move(error);
+    live->channel->push(std::move(out));  // ignored when the last output was already pushed
+  }
+  metrics_.update([&](EngineMetrics& m) {
+    m.e2e.observe(seconds_between(live->submitted, Clock::now()));
+    if (reason == FinishReason::kStop) ++m.finished_stop;
+    else if (reason == FinishReason::kLength) ++m.finished_length;
+    else ++m.finished_abort;
+  });
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  --num_queued_;
+}
+
+EngineMetrics Engine::metrics() const { return metrics_.snapshot(); }
+
+bool Engine::is_idle_and_leak_free() const { return scheduler_->is_leak_free(); }
+
+}  // namespace pagellm

@@ -1,0 +1,96 @@
+// Engine: the only thread-safe class. HTTP threads (or the offline API) submit requests and read
+// their OutputChannels; one engine thread owns the scheduler, the KV cache and the model:
+//
+//   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ result = runner.execute(plan)
+//          ─▶ updates = scheduler.commit(plan, result) ─▶ publish (detokenize, stop strings, channels)
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/engine_metrics.h"
+#include "engine/output_channel.h"
+#include "model/model.h"
+#include "runner/model_runner.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm {
+
+struct GenerateRequest {
+  std::vector<TokenId> prompt_token_ids;
+  SamplingParams sampling;             // eos_token_ids are filled in by the engine
+  std::vector<std::string> stop_strings;
+  bool skip_special_tokens = true;     // in the streamed text
+  bool include_stop_string = false;
+};
+
+class Engine {
+ public:
+  // Loads nothing itself: takes a loaded model (on `backend`) and an optional tokenizer.
+  static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config, std::unique_ptr<Backend> backend,
+                                                  std::unique_ptr<Model> model,
+                                                  std::shared_ptr<const Tokenizer> tokenizer);
+  // Loads the model folder (and its tokenizer, when present) on config.device.
+  static Expected<std::unique_ptr<Engine>> load(const EngineConfig& config);
+  ~Engine();  // stops the engine thread; unfinished requests end with finish_reason abort
+
+  // Validates and queues a request; the channel carries its outputs. Errors (bad params, prompt too
+  // long, queue full) come back here, synchronously.
+  Expected<std::shared_ptr<OutputChannel>> submit(GenerateRequest request);
+  // Ends a request wherever it is; its blocks are freed on the engine thread's next turn.
+  void abort(RequestId request_id);
+
+  void start();  // runs the loop on a background thread
+  void stop();   // finishes the current step, aborts the rest, joins
+
+  const EngineConfig& config() const { return config_; }
+  const ModelConfig& model_config() const { return model_->config(); }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
+  EngineMetrics metrics() const;
+  bool is_running() const { return running_.load(); }
+  // Leak check for tests: no live request and every KV block free (valid once idle).
+  bool is_idle_and_leak_free() const;
+
+ private:
+  struct Live;  // per-request engine-thread state (channel, detokenizer, stop matcher)
+
+  Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
+         std::shared_ptr<const Tokenizer> tokenizer, int num_blocks);
+  void run_loop();
+  bool drain_inbox(bool wait);
+  void step();
+  void publish(const std::vector<RequestUpdate>& updates);
+  void end_request(RequestId id, FinishReason reason, Status error);
+
+  EngineConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+
+  // Inbox: the only state HTTP threads touch.
+  mutable std::mutex inbox_mutex_;
+  std::condition_variable inbox_ready_;
+  std::vector<std::pair<Request, std::shared_ptr<Live>>> pending_submits_;
+  std::vector<RequestId> pending_aborts_;
+  bool stop_requested_ = false;
+  RequestId next_request_id_ = 1;
+  int num_queued_ = 0;  // submitted and not yet finished (for the waiting-queue bound)
+
+  std::unordered_map<RequestId, std::shared_ptr<Live>> live_;  // engine thread only
+  EngineMetricsRecorder metrics_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+};
+
+}  // namespace pagellm

@@ -1,0 +1,29 @@
+// EngineConfig: the engine flags shared by generate, serve and the benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace pagellm {
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string device = "cpu";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int max_model_len = 0;              // 0: the model's max_position_embeddings, capped by the cache
+  int64_t kv_cache_memory_bytes = 0;  // 0: kv_cache_memory_fraction of the free memory
+  double kv_cache_memory_fraction = 0.25;  // host RAM on CPU
+  bool enable_prefix_caching = true;
+  int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
+  int long_prefill_token_threshold = 0;
+};
+
+// Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len,
+// --no-enable-prefix-caching, --device to a command.
+void add_engine_options(CLI::App& command, EngineConfig& config);
+
+}  // namespace pagellm
