@@ -1,0 +1,49 @@
+// Matrix products through cuBLASLt: out[M, N] = x[M, K] . w[N, K]^T with row strides, f32
+// accumulation. Descriptors and the heuristic's algorithm are cached per shape (and alignment), so a
+// shape pays for planning once; one workspace is allocated at construction.
+//
+// Row-major to cuBLASLt's column-major: a row-major [R, C] matrix with row stride ld is the
+// column-major [C, R] matrix with leading dimension ld. So out^T (N x M, ld_out) = w (op T of the
+// column-major K x N matrix, ld_w) . x^T (column-major K x M, ld_x): A = w with TRANSA = T, B = x.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/dtype.h"
+
+namespace pagellm::cuda {
+
+class CublasLtMatmul {
+ public:
+  explicit CublasLtMatmul(cudaStream_t stream);
+  ~CublasLtMatmul();
+  CublasLtMatmul(const CublasLtMatmul&) = delete;
+  CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
+
+  // All three operands have `dtype` (f32, bf16 or f16); strides in elements.
+  void run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w, int64_t ld_w,
+           int64_t m, int64_t n, int64_t k);
+
+ private:
+  // (dtype, m, n, k, ld_out, ld_x, ld_w, alignment of out, x, w in bytes)
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  Plan make_plan(const Key& key);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace pagellm::cuda

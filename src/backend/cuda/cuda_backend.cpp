@@ -1,0 +1,400 @@
+// CudaBackend: validates views on the host (CHECK, like the CPU twin), flattens them into the plain
+// launch structs of kernels.h and queues the work on one stream. Everything is stream-ordered:
+// allocations come from the device's stream-ordered pool (cudaMallocAsync), so the per-step buffers
+// the model runner allocates cost no device-wide synchronisation; only copies into host memory and
+// synchronize() wait for the GPU.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "backend/cuda/cublaslt_matmul.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+namespace pagellm {
+
+namespace {
+
+bool is_float(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
+// The rows of a view whose last dim is contiguous (the CPU's RowLayout, for the device).
+cuda::Rows rows_of(const TensorView& v, const char* op, const char* name) {
+  CHECK_MSG(v.device == Device::kCuda, "[cuda] {}: {} is not on the GPU", op, name);
+  CHECK_MSG(v.ndim() >= 1 && v.ndim() <= 3, "[cuda] {}: {} must have 1-3 dims, got {}", op, name, v.shape.to_string());
+  CHECK_MSG(v.numel() == 0 || v.strides[static_cast<size_t>(v.ndim() - 1)] == 1,
+            "[cuda] {}: the last dim of {} must be contiguous", op, name);
+  cuda::Rows rows;
+  rows.data = v.data;
+  rows.row_size = v.size(-1);
+  if (v.ndim() == 1) {
+    rows.num_rows = 1;
+  } else if (v.ndim() == 2) {
+    rows.num_rows = v.size(0);
+    rows.outer_stride = v.strides[0];
+  } else {
+    rows.inner_rows = std::max<int64_t>(v.size(1), 1);
+    rows.num_rows = v.size(0) * v.size(1);
+    rows.outer_stride = v.strides[0];
+    rows.inner_stride = v.strides[1];
+  }
+  return rows;
+}
+
+void check_same_rows(const cuda::Rows& a, const cuda::Rows& b, const char* op) {
+  CHECK_MSG(a.num_rows == b.num_rows && a.row_size == b.row_size, "[cuda] {}: {} rows of {} vs {} rows of {}", op,
+            a.num_rows, a.row_size, b.num_rows, b.row_size);
+}
+
+void check_dtype(const TensorView& v, DType want, const char* op, const char* name) {
+  CHECK_MSG(v.dtype == want, "[cuda] {}: {} is {}, expected {} (one dtype per op on the GPU)", op, name,
+            dtype_name(v.dtype), dtype_name(want));
+}
+
+void check_index_vector(const TensorView& v, DType dtype, int64_t numel, const char* op, const char* name) {
+  CHECK_MSG(v.device == Device::kCuda && v.dtype == dtype && v.numel() == numel && v.is_contiguous(),
+            "[cuda] {}: {} must be a contiguous [{}] {} tensor on the GPU, got {} {}", op, name, numel,
+            dtype_name(dtype), v.shape.to_string(), dtype_name(v.dtype));
+}
+
+cuda::CacheLayout cache_layout(const TensorView& cache, const char* op, const char* name) {
+  CHECK_MSG(cache.device == Device::kCuda && cache.ndim() == 4 && cache.strides[3] == 1,
+            "[cuda] {}: {} must be [num_blocks, block_size, num_kv_heads, head_dim] on the GPU, got {}", op, name,
+            cache.shape.to_string());
+  cuda::CacheLayout layout;
+  layout.num_blocks = cache.size(0);
+  layout.block_size = cache.size(1);
+  layout.num_kv_heads = cache.size(2);
+  layout.head_dim = cache.size(3);
+  layout.stride_block = cache.strides[0];
+  layout.stride_slot = cache.strides[1];
+  layout.stride_head = cache.strides[2];
+  return layout;
+}
+
+// Row pitch in bytes when every row of the view is one pitch after the previous (so one 2-D copy
+// moves it), else -1.
+int64_t uniform_pitch_bytes(const cuda::Rows& rows, DType dtype) {
+  const int64_t elem = static_cast<int64_t>(dtype_size_bytes(dtype));
+  if (rows.num_rows <= 1) return rows.row_size * elem;
+  if (rows.inner_rows == 1) return rows.outer_stride * elem;
+  if (rows.inner_rows * rows.inner_stride == rows.outer_stride || rows.num_rows == rows.inner_rows)
+    return rows.inner_stride * elem;
+  return -1;
+}
+
+int64_t element_offset(const cuda::Rows& rows, int64_t r) {
+  return (r / rows.inner_rows) * rows.outer_stride + (r % rows.inner_rows) * rows.inner_stride;
+}
+
+cuda::Rows host_rows(const TensorView& v) {
+  TensorView as_device = v;
+  as_device.device = Device::kCuda;  // only the layout is read
+  return rows_of(as_device, "copy", "a host view");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, std::shared_ptr<CUstream_st> stream, int num_sms)
+      : device_(device), stream_(std::move(stream)), num_sms_(num_sms),
+        matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())) {}
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return "cuda"; }
+  // bf16 checkpoints keep bf16 weights (half the bytes of f32, and the tensor cores' type); f32
+  // checkpoints run f32 with f32 GEMMs (no TF32).
+  DType weight_dtype(DType activation_dtype) const override { return activation_dtype; }
+  Tensor alloc(Shape shape, DType dtype) override;
+  void copy(TensorView dst, const TensorView& src) override;
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+  void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
+  void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
+  void add(TensorView out, const TensorView& a, const TensorView& b) override;
+  void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq, float attention_scaling) override;
+  void silu_mul(TensorView out, const TensorView& gate_up) override;
+  void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
+  void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
+                const TensorView& slot_mapping) override;
+  void attention(TensorView out, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                 const AttentionParams& params) override;
+  void argmax(TensorView ids, const TensorView& logits) override;
+  void log_softmax(TensorView out, const TensorView& logits) override;
+
+ private:
+  cudaStream_t stream() const { return stream_.get(); }
+
+  int device_;
+  // Shared with every allocation's deleter (cudaFreeAsync on this stream), so tensors may outlive
+  // the backend object.
+  std::shared_ptr<CUstream_st> stream_;
+  int num_sms_;
+  std::unique_ptr<cuda::CublasLtMatmul> matmul_;
+  Tensor attention_partials_;  // grow-only scratch of split attention, f32
+};
+
+Tensor CudaBackend::alloc(Shape shape, DType dtype) {
+  TensorView view(nullptr, shape, dtype, Device::kCuda);
+  const size_t bytes = view.nbytes();
+  if (bytes == 0) return Tensor(view, nullptr);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMallocAsync(&ptr, bytes, stream());
+  if (status == cudaErrorMemoryAllocation) {
+    // Memory freed to the pool but not yet reusable on this stream: wait, trim the pool, try again.
+    (void)cudaGetLastError();
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    status = cudaMallocAsync(&ptr, bytes, stream());
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    CHECK_MSG(false, "[cuda] out of GPU memory: asked for {} bytes ({:.1f} MiB) for a {} {} tensor; {:.1f} MiB free of {:.1f} MiB",
+              bytes, bytes / 1048576.0, shape.to_string(), dtype_name(dtype), free_bytes / 1048576.0,
+              total_bytes / 1048576.0);
+  }
+  CUDA_CHECK(status);
+  CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream()));
+  view.data = ptr;
+  // The deleter cannot CHECK: at process exit the runtime may already be unloading.
+  std::shared_ptr<void> owner(ptr, [stream = stream_](void* p) { (void)cudaFreeAsync(p, stream.get()); });
+  return Tensor(view, std::move(owner));
+}
+
+void CudaBackend::copy(TensorView dst, const TensorView& src) {
+  CHECK_MSG(dst.numel() == src.numel() && dst.dtype == src.dtype, "[cuda] copy {} {} -> {} {}", src.shape.to_string(),
+            dtype_name(src.dtype), dst.shape.to_string(), dtype_name(dst.dtype));
+  if (dst.numel() == 0) return;
+  const bool from_host = src.device == Device::kCpu, to_host = dst.device == Device::kCpu;
+  const cudaMemcpyKind kind = from_host ? (to_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
+                                        : (to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), kind, stream()));
+  } else {
+    // Strided rows (e.g. columns of a fused buffer): one 2-D copy when both sides have a uniform
+    // row pitch, else one copy per row.
+    const cuda::Rows in = host_rows(src), out = host_rows(dst);
+    CHECK_MSG(in.row_size == out.row_size, "[cuda] copy rows of {} into rows of {}", in.row_size, out.row_size);
+    const int64_t elem = static_cast<int64_t>(dtype_size_bytes(src.dtype));
+    const int64_t row_bytes = in.row_size * elem;
+    const int64_t in_pitch = uniform_pitch_bytes(in, src.dtype), out_pitch = uniform_pitch_bytes(out, dst.dtype);
+    if (in_pitch >= row_bytes && out_pitch >= row_bytes) {
+      CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(out_pitch), src.data, static_cast<size_t>(in_pitch),
+                                   static_cast<size_t>(row_bytes), static_cast<size_t>(in.num_rows), kind, stream()));
+    } else {
+      for (int64_t r = 0; r < in.num_rows; ++r) {
+        CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.data) + element_offset(out, r) * elem,
+                                   static_cast<const char*>(src.data) + element_offset(in, r) * elem,
+                                   static_cast<size_t>(row_bytes), kind, stream()));
+      }
+    }
+  }
+  // The caller reads host memory right after copy() returns.
+  if (to_host) CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& w) {
+  CHECK_MSG(x.ndim() == 2 && w.ndim() == 2 && out.ndim() == 2, "[cuda] matmul wants 2-D x, w, out");
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  CHECK_MSG(w.size(1) == k && out.size(0) == m && out.size(1) == n, "[cuda] matmul shapes x{} w{} out{}",
+            x.shape.to_string(), w.shape.to_string(), out.shape.to_string());
+  CHECK_MSG(x.device == Device::kCuda && w.device == Device::kCuda && out.device == Device::kCuda,
+            "[cuda] matmul operands must be on the GPU");
+  check_dtype(w, x.dtype, "matmul", "w");
+  check_dtype(out, x.dtype, "matmul", "out");
+  if (m == 0 || n == 0) return;
+  CHECK_MSG(w.is_contiguous() && (x.strides[1] == 1 || k == 1) && (out.strides[1] == 1 || n == 1),
+            "[cuda] matmul wants contiguous w and unit column strides");
+  const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
+  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k);
+}
+
+void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) {
+  const cuda::Rows in = rows_of(x, "rms_norm", "x"), dst = rows_of(out, "rms_norm", "out");
+  check_same_rows(in, dst, "rms_norm");
+  check_dtype(out, x.dtype, "rms_norm", "out");
+  check_dtype(w, x.dtype, "rms_norm", "w");
+  CHECK_MSG(w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
+            "[cuda] rms_norm: w{} does not match rows of {}", w.shape.to_string(), in.row_size);
+  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+}
+
+void CudaBackend::add(TensorView out, const TensorView& a, const TensorView& b) {
+  const cuda::Rows la = rows_of(a, "add", "a"), lb = rows_of(b, "add", "b"), lo = rows_of(out, "add", "out");
+  check_same_rows(la, lb, "add");
+  check_same_rows(la, lo, "add");
+  check_dtype(b, a.dtype, "add", "b");
+  check_dtype(out, a.dtype, "add", "out");
+  CUDA_CHECK(cuda::launch_add(a.dtype, lo, la, lb, stream()));
+}
+
+void CudaBackend::rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
+                       float attention_scaling) {
+  CHECK_MSG(x.ndim() == 3, "[cuda] rope: x must be [T, heads, head_dim], got {}", x.shape.to_string());
+  const cuda::Rows rows = rows_of(x, "rope", "x");
+  const int64_t half = inv_freq.numel();
+  CHECK_MSG(2 * half <= x.size(2), "[cuda] rope: inv_freq{} for head_dim {}", inv_freq.shape.to_string(), x.size(2));
+  check_index_vector(positions, DType::kI32, x.size(0), "rope", "positions");
+  check_index_vector(inv_freq, DType::kF32, half, "rope", "inv_freq");
+  CUDA_CHECK(cuda::launch_rope(x.dtype, rows, x.size(1), positions.ptr<int32_t>(), inv_freq.ptr<float>(), half,
+                               attention_scaling, stream()));
+}
+
+void CudaBackend::silu_mul(TensorView out, const TensorView& gate_up) {
+  const cuda::Rows in = rows_of(gate_up, "silu_mul", "gate_up"), dst = rows_of(out, "silu_mul", "out");
+  CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] silu_mul gate_up{} out{}",
+            gate_up.shape.to_string(), out.shape.to_string());
+  check_dtype(out, gate_up.dtype, "silu_mul", "out");
+  CUDA_CHECK(cuda::launch_silu_mul(out.dtype, dst, in, stream()));
+}
+
+void CudaBackend::embedding(TensorView out, const TensorView& table, const TensorView& ids) {
+  CHECK_MSG(table.ndim() == 2, "[cuda] embedding: table must be 2-D, got {}", table.shape.to_string());
+  const cuda::Rows src = rows_of(table, "embedding", "table"), dst = rows_of(out, "embedding", "out");
+  CHECK_MSG(dst.row_size == src.row_size, "[cuda] embedding: out rows of {} for a table of {}", dst.row_size,
+            src.row_size);
+  check_index_vector(ids, DType::kI32, dst.num_rows, "embedding", "ids");
+  check_dtype(out, table.dtype, "embedding", "out");
+  CUDA_CHECK(cuda::launch_embedding(out.dtype, dst, src, ids.ptr<int32_t>(), stream()));
+}
+
+void CudaBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
+                           const TensorView& slot_mapping) {
+  const cuda::CacheLayout layout = cache_layout(k_cache, "write_kv", "k_cache");
+  const cuda::CacheLayout v_layout = cache_layout(v_cache, "write_kv", "v_cache");
+  CHECK_MSG(k_cache.shape == v_cache.shape && k.shape == v.shape && k.ndim() == 3 &&
+                layout.stride_block == v_layout.stride_block && layout.stride_slot == v_layout.stride_slot &&
+                layout.stride_head == v_layout.stride_head,
+            "[cuda] write_kv: caches {} {} rows {} {}", k_cache.shape.to_string(), v_cache.shape.to_string(),
+            k.shape.to_string(), v.shape.to_string());
+  CHECK_MSG(k.size(1) == layout.num_kv_heads && k.size(2) == layout.head_dim, "[cuda] write_kv: rows {} do not fit cache {}",
+            k.shape.to_string(), k_cache.shape.to_string());
+  check_dtype(v_cache, k_cache.dtype, "write_kv", "v_cache");
+  check_dtype(k, k_cache.dtype, "write_kv", "k");
+  check_dtype(v, k_cache.dtype, "write_kv", "v");
+  CHECK_MSG(is_float(k_cache.dtype), "[cuda] write_kv: cache dtype {}", dtype_name(k_cache.dtype));
+  const int64_t num_tokens = k.size(0);
+  check_index_vector(slot_mapping, DType::kI64, num_tokens, "write_kv", "slot_mapping");
+  CUDA_CHECK(cuda::launch_write_kv(k_cache.dtype, k_cache.data, v_cache.data, layout, rows_of(k, "write_kv", "k"),
+                                   rows_of(v, "write_kv", "v"), slot_mapping.ptr<int64_t>(), num_tokens, stream()));
+}
+
+void CudaBackend::attention(TensorView out, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                            const AttentionParams& params) {
+  const char* op = "attention";
+  CHECK_MSG(q.ndim() == 3 && q.shape == out.shape && q.strides[2] == 1 && out.strides[2] == 1,
+            "[cuda] attention: q {} and out {} must be [T, heads, head_dim] with contiguous head_dim",
+            q.shape.to_string(), out.shape.to_string());
+  CHECK_MSG(q.device == Device::kCuda && out.device == Device::kCuda, "[cuda] attention: q and out must be on the GPU");
+  cuda::AttentionArgs a;
+  a.k_layout = cache_layout(k_cache, op, "k_cache");
+  a.v_layout = cache_layout(v_cache, op, "v_cache");
+  CHECK_MSG(k_cache.shape == v_cache.shape, "[cuda] attention: k_cache {} != v_cache {}", k_cache.shape.to_string(),
+            v_cache.shape.to_string());
+  check_dtype(k_cache, q.dtype, op, "k_cache");
+  check_dtype(v_cache, q.dtype, op, "v_cache");
+  CHECK_MSG(is_float(q.dtype) && is_float(out.dtype), "[cuda] attention: q {} out {}", dtype_name(q.dtype),
+            dtype_name(out.dtype));
+  const int64_t head_dim = q.size(2);
+  CHECK_MSG(a.k_layout.head_dim == head_dim && head_dim <= 256, "[cuda] attention: head_dim of q {} vs cache {} (at most 256)",
+            head_dim, a.k_layout.head_dim);
+  a.num_heads = q.size(1);
+  CHECK_MSG(a.k_layout.num_kv_heads > 0 && a.num_heads % a.k_layout.num_kv_heads == 0,
+            "[cuda] attention: {} query heads do not share {} kv heads evenly", a.num_heads, a.k_layout.num_kv_heads);
+  const TensorView& tables = params.block_tables;
+  a.num_seqs = params.seq_lens_k.numel();
+  check_index_vector(params.cu_seqlens_q, DType::kI32, a.num_seqs + 1, op, "cu_seqlens_q");
+  check_index_vector(params.seq_lens_k, DType::kI32, a.num_seqs, op, "seq_lens_k");
+  CHECK_MSG(tables.device == Device::kCuda && tables.dtype == DType::kI32 && tables.ndim() == 2 &&
+                tables.size(0) == a.num_seqs && tables.strides[1] == 1,
+            "[cuda] attention: block_tables must be [{}, max_blocks] i32 on the GPU, got {}", a.num_seqs,
+            tables.shape.to_string());
+  a.q = q.data;
+  a.q_stride_row = q.strides[0];
+  a.q_stride_head = q.strides[1];
+  a.out = out.data;
+  a.out_dtype = out.dtype;
+  a.out_stride_row = out.strides[0];
+  a.out_stride_head = out.strides[1];
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.cu_seqlens_q = params.cu_seqlens_q.ptr<int32_t>();
+  a.seq_lens_k = params.seq_lens_k.ptr<int32_t>();
+  a.block_tables = tables.ptr<int32_t>();
+  a.block_table_stride = tables.strides[0];
+  a.num_tokens = q.size(0);
+  a.scale = params.scale;
+  a.softcap = params.softcap;
+  a.causal = params.causal;
+  a.window = params.sliding_window > 0 ? params.sliding_window : 0;
+  if (a.num_seqs == 0 || a.num_tokens == 0) return;
+
+  // Split the keys ("flash-decoding") when the rows alone cannot fill the GPU. The longest context
+  // is bounded by the block table's width (and by the max_seqlen_k hint when given); partitions
+  // past a row's context cost one empty block each.
+  int64_t max_keys = tables.size(1) * a.k_layout.block_size;
+  if (params.max_seqlen_k > 0) max_keys = std::min<int64_t>(max_keys, params.max_seqlen_k);
+  const int64_t num_partitions = (max_keys + cuda::kAttentionPartition - 1) / cuda::kAttentionPartition;
+  const int64_t row_heads = a.num_tokens * a.num_heads;
+  int64_t num_splits = 1;
+  if (num_partitions >= 2 && row_heads < 2 * num_sms_ && num_partitions <= 65535) num_splits = num_partitions;
+  float* partials = nullptr;
+  if (num_splits > 1) {
+    const int64_t floats = row_heads * num_splits * (head_dim + 2);
+    if (!attention_partials_.defined() || attention_partials_.numel() < floats)
+      attention_partials_ = alloc({std::max<int64_t>(floats, int64_t{1} << 20)}, DType::kF32);
+    partials = attention_partials_.ptr<float>();
+  }
+  CUDA_CHECK(cuda::launch_attention(q.dtype, a, num_splits, partials, stream()));
+}
+
+void CudaBackend::argmax(TensorView ids, const TensorView& logits) {
+  const cuda::Rows rows = rows_of(logits, "argmax", "logits");
+  check_index_vector(ids, DType::kI32, rows.num_rows, "argmax", "ids");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] argmax: logits dtype {}", dtype_name(logits.dtype));
+  CUDA_CHECK(cuda::launch_argmax(logits.dtype, ids.ptr<int32_t>(), rows, stream()));
+}
+
+void CudaBackend::log_softmax(TensorView out, const TensorView& logits) {
+  const cuda::Rows in = rows_of(logits, "log_softmax", "logits"), dst = rows_of(out, "log_softmax", "out");
+  check_same_rows(in, dst, "log_softmax");
+  check_dtype(out, DType::kF32, "log_softmax", "out");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] log_softmax: logits dtype {}", dtype_name(logits.dtype));
+  CUDA_CHECK(cuda::launch_log_softmax(logits.dtype, dst, in, stream()));
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return not_found("[cuda] no CUDA device: {}", cudaGetErrorString(status));
+  }
+  if (count == 0) return not_found("[cuda] no CUDA device: cudaGetDeviceCount found none");
+  const int device = 0;
+  CUDA_CHECK(cudaSetDevice(device));
+  int num_sms = 0, pools_supported = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported, device));
+  if (!pools_supported) return unimplemented("[cuda] device {} has no stream-ordered memory pools", device);
+  // Keep freed memory in the pool instead of returning it to the driver at every synchronisation:
+  // the runner frees and re-allocates its per-step buffers each step.
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t threshold = std::numeric_limits<uint64_t>::max();
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  cudaStream_t raw_stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking));
+  std::shared_ptr<CUstream_st> stream(raw_stream, [](cudaStream_t s) { (void)cudaStreamDestroy(s); });
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device, std::move(stream), num_sms));
+}
+
+}  // namespace pagellm

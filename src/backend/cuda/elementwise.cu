@@ -1,0 +1,254 @@
+// Row-wise and elementwise kernels: rms_norm, add, rope, silu_mul, embedding, argmax, log_softmax.
+// Each computes in f32 and rounds once when storing, at the same points as the CPU twin
+// (backend/cpu/cpu_backend.cpp). Products whose rounding the CPU performs separately use __fmul_rn /
+// __fadd_rn so nvcc cannot contract them into an FMA.
+#include <cfloat>
+
+#include "backend/cuda/device_common.cuh"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+// ----- rms_norm: one warp per row ---------------------------------------------------------------
+
+template <typename T>
+__global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float eps, bool one_plus) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= x.num_rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t d = x.row_size;
+  const T* src = row_ptr<const T>(x, row);
+  T* dst = row_ptr<T>(out, row);
+  float sum_sq = 0.0f;
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = to_f32(src[i]);
+    sum_sq += v * v;
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  // Every lane has read its elements above before any lane writes: in place (out == x) is safe
+  // because each lane reads and writes the same indices.
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = to_f32(src[i]);
+    const float weight = to_f32(w[i]);
+    float y;
+    if (one_plus) {
+      y = __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight);
+    } else {
+      // transformers casts the normalised value to the activation dtype before the weight multiply.
+      y = __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    }
+    dst[i] = from_f32<T>(y);
+  }
+}
+
+// ----- elementwise ------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void add_kernel(Rows out, Rows a, Rows b) {
+  const int64_t n = a.num_rows * a.row_size;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / a.row_size, c = i % a.row_size;
+    const float sum = __fadd_rn(to_f32(row_ptr<const T>(a, r)[c]), to_f32(row_ptr<const T>(b, r)[c]));
+    row_ptr<T>(out, r)[c] = from_f32<T>(sum);
+  }
+}
+
+// One thread per (row = token * num_heads + head, pair j): pairs are (j, j + half) (rotate_half).
+template <typename T>
+__global__ void rope_kernel(Rows x, int64_t num_heads, const int32_t* __restrict__ positions,
+                           const float* __restrict__ inv_freq, int64_t half, float attention_scaling) {
+  const int64_t n = x.num_rows * half;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / half, j = i % half;
+    const float angle = __fmul_rn(static_cast<float>(positions[r / num_heads]), inv_freq[j]);
+    // cos and sin in f32, times the scaling, rounded to x's dtype (as transformers does).
+    const float c = round_to<T>(__fmul_rn(cosf(angle), attention_scaling));
+    const float s = round_to<T>(__fmul_rn(sinf(angle), attention_scaling));
+    T* row = row_ptr<T>(x, r);
+    const float lo = to_f32(row[j]), hi = to_f32(row[j + half]);
+    const float lo_out = __fadd_rn(round_to<T>(__fmul_rn(lo, c)), round_to<T>(__fmul_rn(-hi, s)));
+    const float hi_out = __fadd_rn(round_to<T>(__fmul_rn(hi, c)), round_to<T>(__fmul_rn(lo, s)));
+    row[j] = from_f32<T>(lo_out);
+    row[j + half] = from_f32<T>(hi_out);
+  }
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(Rows out, Rows gate_up) {
+  const int64_t width = out.row_size;
+  const int64_t n = out.num_rows * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / width, c = i % width;
+    const T* in = row_ptr<const T>(gate_up, r);
+    const float gate = to_f32(in[c]), up = to_f32(in[width + c]);
+    // transformers rounds silu(gate) to the activation dtype before multiplying by up.
+    const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+    row_ptr<T>(out, r)[c] = from_f32<T>(__fmul_rn(round_to<T>(silu), up));
+  }
+}
+
+template <typename T>
+__global__ void embedding_kernel(Rows out, Rows table, const int32_t* __restrict__ ids) {
+  const int64_t width = out.row_size;
+  const int64_t n = out.num_rows * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / width, c = i % width;
+    const int32_t id = ids[t];
+    if (id < 0 || id >= table.num_rows) __trap();  // CPU twin: CHECK "token id outside vocab"
+    row_ptr<T>(out, t)[c] = row_ptr<const T>(table, id)[c];
+  }
+}
+
+// ----- row reductions: one block per row ------------------------------------------------------
+
+// Block-wide reduction of (value, index) pairs to the largest value, ties to the smaller index
+// (torch.argmax returns the first maximum).
+struct MaxIndex {
+  float value;
+  int64_t index;
+};
+
+__device__ __forceinline__ MaxIndex better(MaxIndex a, MaxIndex b) {
+  if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
+  return a;
+}
+
+__device__ MaxIndex block_argmax(MaxIndex v) {
+  __shared__ float values[kWarpsPerBlock];
+  __shared__ int64_t indices[kWarpsPerBlock];
+  for (int k = 16; k > 0; k >>= 1) {
+    const MaxIndex other{__shfl_xor_sync(kFullMask, v.value, k),
+                         static_cast<int64_t>(__shfl_xor_sync(kFullMask, static_cast<long long>(v.index), k))};
+    v = better(v, other);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    values[warp] = v.value;
+    indices[warp] = v.index;
+  }
+  __syncthreads();
+  MaxIndex result{values[0], indices[0]};
+  for (int w = 1; w < kWarpsPerBlock; ++w) result = better(result, MaxIndex{values[w], indices[w]});
+  __syncthreads();
+  return result;
+}
+
+// kMax: block max; else block sum (partials folded in a fixed order).
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float partial[kWarpsPerBlock];
+  v = kMax ? warp_max(v) : warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float result = partial[0];
+  for (int w = 1; w < kWarpsPerBlock; ++w) result = kMax ? fmaxf(result, partial[w]) : result + partial[w];
+  __syncthreads();
+  return result;
+}
+
+template <typename T>
+__global__ void argmax_kernel(int32_t* ids, Rows logits) {
+  const int64_t row = blockIdx.x;
+  const T* src = row_ptr<const T>(logits, row);
+  // Start below every finite value and -inf, at the last index, so any real element wins.
+  MaxIndex best{-INFINITY, logits.row_size};
+  for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) best = better(best, MaxIndex{to_f32(src[i]), i});
+  best = block_argmax(best);
+  if (threadIdx.x == 0) ids[row] = static_cast<int32_t>(best.index < logits.row_size ? best.index : 0);
+}
+
+template <typename T>
+__global__ void log_softmax_kernel(Rows out, Rows logits) {
+  const int64_t row = blockIdx.x;
+  const T* src = row_ptr<const T>(logits, row);
+  float* dst = row_ptr<float>(out, row);
+  float max_value = -INFINITY;
+  for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) max_value = fmaxf(max_value, to_f32(src[i]));
+  max_value = block_reduce<true>(max_value);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) sum += expf(to_f32(src[i]) - max_value);
+  sum = block_reduce<false>(sum);
+  const float log_sum = logf(sum) + max_value;
+  for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) dst[i] = to_f32(src[i]) - log_sum;
+}
+
+// Grid for grid-stride loops: enough blocks to fill the GPU, not more than the work needs.
+unsigned stride_blocks(int64_t n) {
+  const int64_t cap = 132 * 16;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+}  // namespace
+
+cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, bool one_plus,
+                            cudaStream_t stream) {
+  if (x.num_rows == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    using T = decltype(t);
+    rms_norm_kernel<T><<<blocks_for(x.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
+        out, x, static_cast<const T*>(w), eps, one_plus);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_add(DType dtype, Rows out, Rows a, Rows b, cudaStream_t stream) {
+  if (a.num_rows * a.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    add_kernel<decltype(t)><<<stride_blocks(a.num_rows * a.row_size), kThreads, 0, stream>>>(out, a, b);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* positions, const float* inv_freq,
+                        int64_t half, float attention_scaling, cudaStream_t stream) {
+  if (x.num_rows * half == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    rope_kernel<decltype(t)><<<stride_blocks(x.num_rows * half), kThreads, 0, stream>>>(
+        x, num_heads, positions, inv_freq, half, attention_scaling);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t stream) {
+  if (out.num_rows * out.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    silu_mul_kernel<decltype(t)><<<stride_blocks(out.num_rows * out.row_size), kThreads, 0, stream>>>(out, gate_up);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* ids, cudaStream_t stream) {
+  if (out.num_rows * out.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    embedding_kernel<decltype(t)><<<stride_blocks(out.num_rows * out.row_size), kThreads, 0, stream>>>(out, table, ids);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, cudaStream_t stream) {
+  if (logits.num_rows == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    argmax_kernel<decltype(t)><<<static_cast<unsigned>(logits.num_rows), kThreads, 0, stream>>>(ids, logits);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_log_softmax(DType dtype, Rows out_f32, Rows logits, cudaStream_t stream) {
+  if (logits.num_rows == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    log_softmax_kernel<decltype(t)><<<static_cast<unsigned>(logits.num_rows), kThreads, 0, stream>>>(out_f32, logits);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace pagellm::cuda

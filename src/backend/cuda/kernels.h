@@ -1,0 +1,90 @@
+// Launchers of the CUDA kernels, callable from host C++. This header (and the .cu files) stay free of
+// fmt/Tensor so nvcc compiles little: cuda_backend.cpp validates the views (CHECK), flattens them into
+// the plain structs below and calls a launcher, which returns the launch's cudaError_t.
+//
+// Every floating operand of one op shares one dtype (f32, bf16 or f16); that dtype is the template
+// parameter chosen at the one dispatch point of each .cu file. Offsets are 64-bit everywhere.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagellm::cuda {
+
+// A view whose last dim is contiguous, seen as rows (one vector of the last dim each):
+//   element offset of row r = (r / inner_rows) * outer_stride + (r % inner_rows) * inner_stride
+// e.g. one head of one token of [T, heads, head_dim], possibly a strided view into a fused qkv.
+struct Rows {
+  void* data = nullptr;
+  int64_t num_rows = 0;
+  int64_t row_size = 0;  // elements
+  int64_t inner_rows = 1;
+  int64_t outer_stride = 0;
+  int64_t inner_stride = 0;
+};
+
+// ----- elementwise.cu -------------------------------------------------------------------------
+
+// out = rms_norm(x) * w (kPlain: the normalised value is rounded to the dtype before the multiply)
+// or x * rsqrt(...) * (1 + w) (one_plus). w: [row_size], contiguous.
+cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, bool one_plus,
+                            cudaStream_t stream);
+cudaError_t launch_add(DType dtype, Rows out, Rows a, Rows b, cudaStream_t stream);
+// x: [T, H, head_dim] as rows (T * H rows); rotates the first 2 * half dims of each row.
+cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* positions,
+                        const float* inv_freq, int64_t half, float attention_scaling, cudaStream_t stream);
+// out rows [I] = silu(gate_up[:I]) * gate_up[I:]
+cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t stream);
+// out row t = table row ids[t]; a row of `table` has out.row_size elements. Traps on ids outside
+// [0, num_table_rows) (a broken invariant: ids are validated before they reach the device).
+cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* ids, cudaStream_t stream);
+// ids[r] = first index of the maximum of logits row r
+cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, cudaStream_t stream);
+// out (f32) row r = log_softmax(logits row r)
+cudaError_t launch_log_softmax(DType dtype, Rows out_f32, Rows logits, cudaStream_t stream);
+
+// ----- attention.cu ---------------------------------------------------------------------------
+
+// Paged caches [num_blocks, block_size, num_kv_heads, head_dim]; strides in elements.
+struct CacheLayout {
+  int64_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t stride_block = 0, stride_slot = 0, stride_head = 0;
+};
+
+// k, v: [T, num_kv_heads, head_dim] rows views; slot_mapping [T] i64 (-1 = skip).
+cudaError_t launch_write_kv(DType dtype, void* k_cache, void* v_cache, CacheLayout cache, Rows k, Rows v,
+                            const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream);
+
+struct AttentionArgs {
+  const void* q = nullptr;  // [T, num_heads, head_dim]
+  int64_t q_stride_row = 0, q_stride_head = 0;
+  void* out = nullptr;  // [T, num_heads, head_dim]
+  DType out_dtype = DType::kF32;
+  int64_t out_stride_row = 0, out_stride_head = 0;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  CacheLayout k_layout, v_layout;
+  const int32_t* cu_seqlens_q = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens_k = nullptr;    // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
+  int64_t block_table_stride = 0;
+  int64_t num_seqs = 0, num_tokens = 0, num_heads = 0;
+  float scale = 1.0f, softcap = 0.0f;
+  bool causal = true;
+  int32_t window = 0;  // 0 = off
+};
+
+// Keys are processed in partitions of this many absolute positions (see attention.cu).
+inline constexpr int64_t kAttentionPartition = 256;
+
+// Runs the attention. With num_splits > 1 ("flash-decoding"), block (row, head, split) computes only
+// partition `split` into `partials` ([T * num_heads, num_splits, head_dim + 2] floats) and a second
+// kernel folds them; with num_splits == 1 each block folds all partitions itself. Both routes do the
+// same arithmetic in the same order, so results do not depend on the split.
+cudaError_t launch_attention(DType dtype, const AttentionArgs& args, int64_t num_splits, float* partials,
+                             cudaStream_t stream);
+
+}  // namespace pagellm::cuda
