@@ -14,7 +14,7 @@ constexpr double kPanelWidth = 440.0;
 constexpr double kPanelHeight = 340.0;
 constexpr double kTitleHeight = 40.0;
 // Plot area inside a panel (room for tick labels on the left and the axis label below).
-constexpr double kPlotLeft = 70.0, kPlotRight = 20.0, kPlotTop = 30.0, kPlotBottom = 60.0;
+constexpr double kPlotLeft = 70.0, kPlotRight = 20.0, kPlotTop = 40.0, kPlotBottom = 60.0;
 constexpr int kTargetTicks = 5;
 
 std::string escape_xml(const std::string& text) {
@@ -59,8 +59,9 @@ std::string render_panel(const Panel& panel, const std::vector<SweepPoint>& poin
   double max_value = 0.0;
   for (const SweepPoint& p : points) max_value = std::max(max_value, panel.value(p));
   if (!(max_value > 0.0)) max_value = 1.0;
-  double step = nice_step(max_value);
-  double y_max = std::ceil(max_value / step) * step;
+  // 10% headroom so the top point's value label stays clear of the panel title.
+  double step = nice_step(max_value * 1.1);
+  double y_max = std::ceil(max_value * 1.1 / step) * step;
   auto y_of = [&](double v) { return bottom - v / y_max * plot_h; };
   auto x_of = [&](size_t i) { return left + (static_cast<double>(i) + 0.5) * plot_w / points.size(); };
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -171,8 +172,18 @@ void run_sweep(const ServeArgs& args, const ServeConfig& config, const RunDescri
   std::printf("Wrote %s and %s\n", json_path.c_str(), sweep_chart_path(json_path).c_str());
 }
 
+// Fails before the run, not after it, when the result file cannot be written.
+void prepare_output_path(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) throw CommandError("[bench] cannot write '" + path + "'");
+}
+
 void run_serve(const ServeArgs& args) {
   if (args.model.empty()) throw CommandError("[bench] --model is required");
+  if (!args.result_json.empty()) prepare_output_path(args.result_json);
   Endpoint endpoint = value_or_throw(parse_endpoint(args.endpoint));
   ServeConfig config = make_serve_config(args, endpoint);
   GoodputSlo slo = value_or_throw(parse_goodput(args.goodput));
