@@ -7,12 +7,14 @@ void add_version_command(CLI::App& app);
 void add_bench_commands(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_chat_template_command(CLI::App& app);
 
 void register_all_commands(CLI::App& app) {
   add_version_command(app);
   add_bench_commands(app);
   add_make_model_command(app);
   add_generate_command(app);
+  add_chat_template_command(app);
 }
 
 }  // namespace pagellm::cli

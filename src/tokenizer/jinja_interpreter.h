@@ -15,7 +15,7 @@ namespace pagellm::jinja {
 
 struct RenderLimits {
   int64_t max_output_bytes = 64 << 20;
-  int64_t max_steps = 20'000'000;  // statements executed + loop iterations
+  int64_t max_steps = 2'000'000;  // statements executed + loop iterations (real templates: ~50 per message)
   int max_call_depth = 64;         // nested macro calls (CPython's recursion limit bounds jinja2)
 };
 

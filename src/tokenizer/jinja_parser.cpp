@@ -716,7 +716,7 @@ class Parser {
 
   ExprPtr parse_call(ExprPtr callee) {
     DepthGuard guard(*this);
-    auto e = node(ExprKind::kCall, cur().pos);
+    auto e = node(ExprKind::kCall, callee->pos);  // errors point at the callee, not at "("
     e->a = std::move(callee);
     parse_call_args(*e);
     return e;

@@ -156,9 +156,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, in
       while (i < text.size() && py_is_space(text[i])) ++i;
       if (i == text.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t e = text.size();
-        while (e > i && py_is_space(text[e - 1])) --e;
-        parts.push_back(utf8_encode(std::u32string_view(text).substr(i, e - i)));
+        parts.push_back(utf8_encode(std::u32string_view(text).substr(i)));  // remainder as is
         break;
       }
       size_t j = i;
@@ -173,9 +171,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, in
     while (e > 0 && py_is_space(text[e - 1])) --e;
     if (e == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-      size_t b = 0;
-      while (b < e && py_is_space(text[b])) ++b;
-      parts.push_back(utf8_encode(std::u32string_view(text).substr(b, e - b)));
+      parts.push_back(utf8_encode(std::u32string_view(text).substr(0, e)));  // remainder as is
       break;
     }
     size_t b = e;
