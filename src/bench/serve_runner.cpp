@@ -98,6 +98,43 @@ int wait_ms_until(Clock::time_point now, Clock::time_point due) {
   return static_cast<int>(std::min<int64_t>(ms, 1000));
 }
 
+// Which request goes next: arrivals by schedule, then a FIFO wait for a concurrency slot.
+class Dispatcher {
+ public:
+  Dispatcher(std::vector<double> arrival_offsets_s, int max_concurrency, Clock::time_point bench_start)
+      : arrival_offsets_s_(std::move(arrival_offsets_s)), max_concurrency_(max_concurrency),
+        bench_start_(bench_start) {}
+
+  // Moves every request whose arrival time has come into the waiting queue.
+  void admit_arrivals(Clock::time_point now) {
+    while (next_arrival_ < static_cast<int>(arrival_offsets_s_.size()) &&
+           seconds_between(bench_start_, now) >= arrival_offsets_s_[next_arrival_]) {
+      waiting_.push_back(next_arrival_++);
+    }
+  }
+  // The next request to send now, or -1 (none waiting, or the cap is reached).
+  int next_to_send(int num_in_flight) {
+    if (waiting_.empty() || (max_concurrency_ > 0 && num_in_flight >= max_concurrency_)) return -1;
+    int index = waiting_.front();
+    waiting_.pop_front();
+    return index;
+  }
+  // How long the event loop may wait for sockets before the next arrival; -1: no more arrivals.
+  int poll_timeout_ms(Clock::time_point now) const {
+    if (next_arrival_ >= static_cast<int>(arrival_offsets_s_.size())) return -1;
+    auto due = bench_start_ + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(arrival_offsets_s_[next_arrival_]));
+    return wait_ms_until(now, due);
+  }
+
+ private:
+  std::vector<double> arrival_offsets_s_;
+  int max_concurrency_;
+  Clock::time_point bench_start_;
+  int next_arrival_ = 0;
+  std::deque<int> waiting_;
+};
+
 }  // namespace
 
 Expected<RunResult> run_serve_benchmark(const ServeConfig& config,
@@ -128,32 +165,19 @@ Expected<RunResult> run_serve_benchmark(const ServeConfig& config,
   ProgressLine progress(config.show_progress, num_requests);
   const double cpu_start_s = thread_cpu_s();
   const Clock::time_point bench_start = Clock::now();
-  int next_arrival = 0;
-  std::deque<int> waiting;  // arrived, waiting for a concurrency slot
+  Dispatcher dispatcher(std::move(arrival_offsets_s), config.max_concurrency, bench_start);
   while (counters.completed + counters.failed < num_requests) {
     Clock::time_point now = Clock::now();
-    while (next_arrival < num_requests &&
-           seconds_between(bench_start, now) >= arrival_offsets_s[next_arrival]) {
-      waiting.push_back(next_arrival++);
-    }
-    while (!waiting.empty() &&
-           (config.max_concurrency == 0 || client.num_in_flight() < config.max_concurrency)) {
-      int index = waiting.front();
-      waiting.pop_front();
+    dispatcher.admit_arrivals(now);
+    for (int index; (index = dispatcher.next_to_send(client.num_in_flight())) >= 0;) {
       measurers[index]->start(bench_start, Clock::now());
       client.start_post(path, bodies[index], measurers[index].get());
       result.peak_concurrency = std::max(result.peak_concurrency, client.num_in_flight());
     }
-    progress.update(now, counters.completed, counters.failed, client.num_in_flight(),
-                    counters.token_chunks);
-    int timeout_ms = -1;
-    if (next_arrival < num_requests) {
-      auto due = bench_start + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(arrival_offsets_s[next_arrival]));
-      timeout_ms = wait_ms_until(now, due);
-    }
+    progress.update(now, counters.completed, counters.failed, client.num_in_flight(), counters.token_chunks);
+    int timeout_ms = dispatcher.poll_timeout_ms(now);
+    if (client.num_in_flight() == 0 && timeout_ms < 0) break;  // defensive: nothing left to wait for
     if (config.show_progress && (timeout_ms < 0 || timeout_ms > 500)) timeout_ms = 500;
-    if (client.num_in_flight() == 0 && timeout_ms < 0) break;  // nothing can ever finish
     PAGELLM_RETURN_IF_ERROR(client.poll(timeout_ms));
   }
   const Clock::time_point bench_end = Clock::now();
