@@ -196,7 +196,7 @@ void run_serve(const ServeArgs& args) {
   }
 }
 
-void add_serve_command(CLI::App& bench) {
+void add_bench_serve_command(CLI::App& bench) {
   auto args = std::make_shared<ServeArgs>();
   if (const char* key = std::getenv("OPENAI_API_KEY")) args->api_key = key;
   auto* cmd = bench.add_subcommand("serve", "Load-test an OpenAI-compatible server (vLLM bench serve metrics)");
@@ -237,7 +237,7 @@ struct FakeServerArgs {
   FakeServerScript script;
 };
 
-void add_fake_server_command(CLI::App& bench) {
+void add_bench_fake_server_command(CLI::App& bench) {
   auto args = std::make_shared<FakeServerArgs>();
   auto* cmd = bench.add_subcommand("fake-server", "Serve scripted OpenAI streams on 127.0.0.1 (to test bench serve)");
   cmd->add_option("--port", args->port, "0 = any free port")->capture_default_str();
@@ -273,8 +273,8 @@ CLI::App* bench_app(CLI::App& app) {
 
 void add_bench_commands(CLI::App& app) {
   CLI::App* bench = bench_app(app);
-  add_serve_command(*bench);
-  add_fake_server_command(*bench);
+  add_bench_serve_command(*bench);
+  add_bench_fake_server_command(*bench);
 }
 
 }  // namespace pagellm::cli
