@@ -1,0 +1,278 @@
+// The CUDA corner of the attention triangle (test_attention.cpp holds reference <-> CPU): CUDA against
+// the f64 reference and against the CPU kernel over the DESIGN.md grid, plus 64-bit cache offsets,
+// batch invariance (split-KV vs one pass), strided q with an f32 out, and write_kv feeding attention.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "attention_reference.h"
+#include "attention_test_data.h"
+#include "backend/cpu/attention.h"
+#include "cuda_test_util.h"
+
+namespace pagellm::cuda_test {
+namespace {
+
+using namespace attention_test;
+
+struct DeviceParams {
+  Tensor cu_seqlens_q, seq_lens_k, block_tables;
+  AttentionParams params;
+};
+
+DeviceParams params_to_device(Backend& gpu, const AttentionParams& host) {
+  DeviceParams d;
+  d.cu_seqlens_q = to_device(gpu, host.cu_seqlens_q);
+  d.seq_lens_k = to_device(gpu, host.seq_lens_k);
+  d.block_tables = to_device(gpu, host.block_tables);
+  d.params = host;
+  d.params.cu_seqlens_q = d.cu_seqlens_q.view();
+  d.params.seq_lens_k = d.seq_lens_k.view();
+  d.params.block_tables = d.block_tables.view();
+  return d;
+}
+
+// Runs the CUDA attention on host inputs; returns out (poisoned with NaN before the run) on the host.
+Tensor run_cuda(Backend& gpu, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                const AttentionParams& params, DType out_dtype) {
+  Tensor q_dev = to_device(gpu, q), k_dev = to_device(gpu, k_cache), v_dev = to_device(gpu, v_cache);
+  const DeviceParams p = params_to_device(gpu, params);
+  Tensor out_host = Tensor::cpu(q.shape, out_dtype);
+  fill_nan(out_host);
+  Tensor out_dev = to_device(gpu, out_host.view());
+  gpu.attention(out_dev.view(), q_dev.view(), k_dev.view(), v_dev.view(), p.params);
+  return to_host(gpu, out_dev.view());
+}
+
+// (head pair index, head_dim, mix index, window, softcap, dtype)
+using GridParam = std::tuple<int, int64_t, int, int32_t, float, DType>;
+
+struct HeadPair {
+  int64_t num_heads, num_kv_heads;
+};
+const HeadPair kHeadPairs[] = {{4, 4}, {8, 2}, {5, 1}};
+const std::vector<SeqShape> kMixes[] = {
+    {{1, 1328}, {5, 18}, {129, 463}},
+    {{1, 1}, {1, 128}, {1, 2048}},
+};
+
+class CudaAttentionGrid : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(CudaAttentionGrid, MatchesReferenceAndCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const auto [pair_index, head_dim, mix_index, window, softcap, dtype] = GetParam();
+  AttentionCase c;
+  c.num_heads = kHeadPairs[pair_index].num_heads;
+  c.num_kv_heads = kHeadPairs[pair_index].num_kv_heads;
+  c.head_dim = head_dim;
+  c.seqs = kMixes[mix_index];
+  c.window = window;
+  c.softcap = softcap;
+  c.dtype = dtype;
+  c.seed = 7919u * static_cast<uint64_t>(pair_index * 5 + mix_index) + static_cast<uint64_t>(head_dim) +
+           (window > 0 ? 3u : 0u) + (softcap > 0 ? 5u : 0u) + (dtype == DType::kBF16 ? 11u : 0u);
+  Rng rng(c.seed);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  std::vector<double> expected;
+  for (int64_t block_size : {16, 32}) {
+    SCOPED_TRACE(fmt::format("block_size {}", block_size));
+    const PagedInputs paged = page_inputs(c, in, block_size, rng);
+    const AttentionParams params = make_params(c, in, paged);
+    if (expected.empty()) expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+    const Tensor got = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, dtype);
+    EXPECT_EQ(compare(expected, got, tolerance_vs_reference(dtype)), "") << "cuda vs reference";
+    Tensor cpu_out = Tensor::cpu({in.num_tokens, c.num_heads, c.head_dim}, dtype);
+    cpu::attention(cpu_out, in.q, paged.k_cache, paged.v_cache, params);
+    EXPECT_EQ(compare(to_doubles(cpu_out), got, tolerance_between(dtype)), "") << "cuda vs cpu";
+  }
+}
+
+std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
+  const auto [pair_index, head_dim, mix_index, window, softcap, dtype] = info.param;
+  return fmt::format("q{}kv{}_hd{}_{}_{}_{}_{}", kHeadPairs[pair_index].num_heads, kHeadPairs[pair_index].num_kv_heads,
+                     head_dim, mix_index == 0 ? "mixed" : "decode", window > 0 ? fmt::format("win{}", window) : "full",
+                     softcap > 0 ? "cap50" : "nocap", dtype_name(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Triangle, CudaAttentionGrid,
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values<int64_t>(64, 128, 256),
+                                            ::testing::Values(0, 1), ::testing::Values<int32_t>(-1, 128),
+                                            ::testing::Values(0.0f, 50.0f),
+                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                         grid_name);
+
+TEST(CudaAttention, SmallHeadDimsNonCausalAndF16) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  for (int64_t head_dim : {16, 32, 48, 72}) {
+    for (bool causal : {true, false}) {
+      AttentionCase c;
+      c.num_heads = 6;
+      c.num_kv_heads = 3;
+      c.head_dim = head_dim;
+      c.seqs = {{3, 70}, {1, 1}, {20, 20}, {1, 600}};
+      c.causal = causal;
+      c.dtype = head_dim == 48 ? DType::kF16 : DType::kF32;
+      SCOPED_TRACE(fmt::format("head_dim {} causal {}", head_dim, causal));
+      Rng rng(static_cast<uint64_t>(head_dim));
+      const DenseInputs in = make_dense_inputs(c, rng);
+      const PagedInputs paged = page_inputs(c, in, 16, rng);
+      const AttentionParams params = make_params(c, in, paged);
+      const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+      EXPECT_EQ(compare(expected, run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, c.dtype),
+                        tolerance_vs_reference(c.dtype)), "");
+    }
+  }
+}
+
+// The rows of one sequence are bitwise equal alone (few rows: the kernel splits the keys) and inside
+// a big batch (many rows: one pass), since both fold the same partitions in the same order.
+TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    AttentionCase batch;
+    batch.num_heads = 8;
+    batch.num_kv_heads = 2;
+    batch.head_dim = 128;
+    batch.dtype = dtype;
+    const SeqShape target{1, 3000};
+    batch.seqs = {{5, 60}, target, {1, 5000}, {300, 300}, {1, 2}};
+    Rng rng(5);
+    const DenseInputs in = make_dense_inputs(batch, rng);
+    const PagedInputs paged = page_inputs(batch, in, 16, rng);
+    const Tensor batch_out = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, make_params(batch, in, paged), dtype);
+
+    const int64_t row = in.cu_seqlens_q.ptr<int32_t>()[1];
+    Tensor cu = Tensor::cpu({2}, DType::kI32), lens = Tensor::cpu({1}, DType::kI32);
+    cu.ptr<int32_t>()[1] = 1;
+    lens.ptr<int32_t>()[0] = static_cast<int32_t>(target.context_len);
+    AttentionParams alone = make_params(batch, in, paged);
+    alone.cu_seqlens_q = cu.view();
+    alone.seq_lens_k = lens.view();
+    alone.block_tables = paged.block_tables.view().slice_rows(1, 2);
+    alone.max_seqlen_q = 1;
+    alone.max_seqlen_k = static_cast<int32_t>(target.context_len);
+    const Tensor alone_out =
+        run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, dtype);
+    const size_t row_bytes = static_cast<size_t>(batch.num_heads * batch.head_dim) * dtype_size_bytes(dtype);
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row) * row_bytes,
+                          alone_out.view().data, row_bytes), 0)
+        << dtype_name(dtype);
+  }
+}
+
+// q as a strided view into a fused qkv buffer, out in f32 for bf16 inputs.
+TEST(CudaAttention, StridedQueryAndWiderOutput) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  AttentionCase c;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 128;
+  c.seqs = {{3, 50}, {17, 17}, {1, 900}};
+  c.dtype = DType::kBF16;
+  Rng rng(3);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  const PagedInputs paged = page_inputs(c, in, 16, rng);
+  const int64_t q_width = c.num_heads * c.head_dim, fused_width = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  Tensor fused = Tensor::cpu({in.num_tokens, fused_width}, DType::kBF16);
+  for (int64_t t = 0; t < in.num_tokens; ++t) {
+    std::memcpy(fused.ptr<uint16_t>() + t * fused_width, in.q.ptr<uint16_t>() + t * q_width, static_cast<size_t>(q_width) * 2);
+    for (int64_t e = q_width; e < fused_width; ++e) fused.ptr<uint16_t>()[t * fused_width + e] = 0x7fc0;  // NaN
+  }
+  Tensor fused_dev = to_device(*gpu, fused.view());
+  TensorView q_view(fused_dev.view().data, {in.num_tokens, c.num_heads, c.head_dim}, DType::kBF16, Device::kCuda);
+  q_view.strides = {fused_width, c.head_dim, 1, 0};
+  const AttentionParams params = make_params(c, in, paged);
+  const DeviceParams p = params_to_device(*gpu, params);
+  Tensor k_dev = to_device(*gpu, paged.k_cache.view()), v_dev = to_device(*gpu, paged.v_cache.view());
+  Tensor out_dev = gpu->alloc({in.num_tokens, c.num_heads, c.head_dim}, DType::kF32);
+  gpu->attention(out_dev.view(), q_view, k_dev.view(), v_dev.view(), p.params);
+  const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+  EXPECT_EQ(compare(expected, to_host(*gpu, out_dev.view()), tolerance_vs_reference(DType::kF32)), "");
+}
+
+// Host memory for a cache whose high block ids are all that is touched (sparse anonymous mapping).
+class SparseMapping {
+ public:
+  explicit SparseMapping(size_t bytes) : bytes_(bytes) {
+    data_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  ~SparseMapping() {
+    if (data_ != MAP_FAILED) munmap(data_, bytes_);
+  }
+  void* data() const { return data_ == MAP_FAILED ? nullptr : data_; }
+
+ private:
+  size_t bytes_;
+  void* data_;
+};
+
+// Block ids whose element offsets pass 2^32: the GPU caches are real allocations (8 GiB each, bf16),
+// filled through the CUDA write_kv, and the attention compared with the reference on host copies.
+TEST(CudaAttention, WriteKvAndAttentionBeyond32BitOffsets) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  AttentionCase c;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 128;
+  c.seqs = {{1, 300}, {40, 77}};
+  c.dtype = DType::kBF16;
+  const int64_t block_size = 16, block_elems = block_size * c.num_kv_heads * c.head_dim;
+  const int64_t first_block = (int64_t{1} << 32) / block_elems;
+  const int64_t num_blocks = first_block + 64;
+  Rng rng(77);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  const Shape cache_shape{num_blocks, block_size, c.num_kv_heads, c.head_dim};
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * block_elems) * 2;
+  SparseMapping k_memory(cache_bytes), v_memory(cache_bytes);
+  ASSERT_NE(k_memory.data(), nullptr);
+  ASSERT_NE(v_memory.data(), nullptr);
+  const TensorView k_host(k_memory.data(), cache_shape, c.dtype), v_host(v_memory.data(), cache_shape, c.dtype);
+  Tensor k_dev = gpu->alloc(cache_shape, c.dtype), v_dev = gpu->alloc(cache_shape, c.dtype);
+
+  std::vector<int32_t> ids(64);
+  for (int i = 0; i < 64; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(first_block + i);
+  for (int i = 63; i > 0; --i) std::swap(ids[static_cast<size_t>(i)], ids[static_cast<size_t>(rng.below(i + 1))]);
+  const int64_t max_blocks = 20;
+  PagedInputs paged;
+  paged.block_tables = Tensor::cpu({2, max_blocks}, DType::kI32);
+  size_t next = 0;
+  for (int64_t s = 0; s < 2; ++s) {
+    const SeqShape& seq = c.seqs[static_cast<size_t>(s)];
+    int32_t* table = paged.block_tables.ptr<int32_t>() + s * max_blocks;
+    for (int64_t b = 0; b < max_blocks; ++b) table[b] = b * block_size < seq.context_len ? ids[next++] : -1;
+    Tensor k = Tensor::cpu({seq.context_len, c.num_kv_heads, c.head_dim}, c.dtype);
+    Tensor v = Tensor::cpu({seq.context_len, c.num_kv_heads, c.head_dim}, c.dtype);
+    Tensor slots = Tensor::cpu({seq.context_len}, DType::kI64);
+    for (int64_t pos = 0; pos < seq.context_len; ++pos)
+      slots.ptr<int64_t>()[pos] = int64_t{table[pos / block_size]} * block_size + pos % block_size;
+    for (int64_t i = 0; i < k.numel(); ++i) {
+      store_float(k.view().data, c.dtype, i, in.keys[static_cast<size_t>(s)][static_cast<size_t>(i)]);
+      store_float(v.view().data, c.dtype, i, in.values[static_cast<size_t>(s)][static_cast<size_t>(i)]);
+    }
+    cpu::write_kv(k_host, v_host, k, v, slots);
+    Tensor k_rows = to_device(*gpu, k.view()), v_rows = to_device(*gpu, v.view()), slots_dev = to_device(*gpu, slots.view());
+    gpu->write_kv(k_dev.view(), v_dev.view(), k_rows.view(), v_rows.view(), slots_dev.view());
+  }
+  // The GPU's high blocks hold what the CPU wrote.
+  const int64_t high_offset = first_block * block_elems;
+  const TensorView k_high = TensorView(static_cast<char*>(k_dev.view().data) + high_offset * 2, {64 * block_elems},
+                                       c.dtype, Device::kCuda);
+  const Tensor k_back = to_host(*gpu, k_high);
+  EXPECT_EQ(std::memcmp(k_back.view().data, static_cast<const char*>(k_memory.data()) + high_offset * 2, k_back.nbytes()), 0);
+
+  const AttentionParams params = make_params(c, in, paged);
+  const std::vector<double> expected = reference::attention(in.q, k_host, v_host, params);
+  const DeviceParams p = params_to_device(*gpu, params);
+  Tensor q_dev = to_device(*gpu, in.q.view());
+  Tensor out_dev = gpu->alloc(in.q.shape(), c.dtype);
+  gpu->attention(out_dev.view(), q_dev.view(), k_dev.view(), v_dev.view(), p.params);
+  EXPECT_EQ(compare(expected, to_host(*gpu, out_dev.view()), tolerance_vs_reference(c.dtype)), "");
+}
+
+}  // namespace
+}  // namespace pagellm::cuda_test
