@@ -10,7 +10,7 @@ packages=(
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   libutf8proc-dev libutf8proc2 libxxhash-dev libxxhash0
   libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5 libquadmath0
-  libgtest-dev libcli11-dev
+  libgtest-dev libcli11-dev pkgconf pkgconf-bin libpkgconf3
 )
 mkdir -p .debs
 cd .debs

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The CUDA check on the GPU machine (nvcc, CMake and Ninja there; no network and none of this
+# project's -dev packages): unpacks the Debian 12 packages of .debs/ (scripts/fetch-gpu-debs.sh, run
+# where there is network; carry `.debs` with the device call) into a private prefix, builds the CUDA
+# configuration, runs the CUDA kernel tests and the golden fixtures through the CUDA backend, times
+# `pagellm generate --device cuda` on a random Qwen3-0.6B-shaped model at batch 1, and prints a short
+# table last. Logs go to $OUT (or /tmp/gpu-check) when set.
+#
+#   scripts/gpu-check.sh                 # everything
+#   GPU_CHECK_SKIP_BENCH=1 scripts/gpu-check.sh   # build and tests only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=${OUT:-/tmp/gpu-check}
+mkdir -p "$out"
+build=${PAGELLM_GPU_BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+# ----- dependencies ---------------------------------------------------------------------------
+deps=/tmp/pagellm-deps
+if [ -d .debs ] && ls .debs/*.deb >/dev/null 2>&1; then
+  if [ ! -f "$deps/.done" ]; then
+    rm -rf "$deps" && mkdir -p "$deps"
+    for f in .debs/*.deb; do dpkg -x "$f" "$deps"; done
+    # Debian's .pc files name /usr; point them at the prefix. openblas.pc normally comes from the
+    # alternatives system (not in the .deb): use the pthread flavour's own .pc.
+    mkdir -p "$deps/usr/lib/x86_64-linux-gnu/pkgconfig"
+    cp "$deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig/openblas.pc" "$deps/usr/lib/x86_64-linux-gnu/pkgconfig/"
+    ln -sf openblas-pthread/libopenblas.so.0 "$deps/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+    find "$deps" -name '*.pc' -print0 | xargs -0 sed -i -e "s|^prefix=/usr\$|prefix=$deps/usr|" -e "s|=/usr/|=$deps/usr/|g"
+    touch "$deps/.done"
+  fi
+  export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  command -v pkg-config >/dev/null || export PKG_CONFIG="$deps/usr/bin/pkgconf"
+  note "deps: unpacked $(ls .debs/*.deb | wc -l) Debian packages into $deps"
+fi
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+pkg_config=${PKG_CONFIG:-$(command -v pkg-config)}
+echo "host: $(uname -m), $(. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME"), $(g++ --version 2>/dev/null | head -1), $("$nvcc" --version | tail -1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
+gpu_name=$(head -1 "$out/gpu.txt" 2>/dev/null | cut -d, -f1)
+
+# ----- build ----------------------------------------------------------------------------------
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$pkg_config" >"$out/configure.log" 2>&1 ||
+  { tail -30 "$out/configure.log"; note "configure FAILED (see configure.log)"; printf '%s\n' "${summary[@]}"; exit 1; }
+built=()
+for target in test_kernels test_golden pagellm; do
+  start=$(date +%s)
+  if cmake --build "$build" -j"$jobs" --target "$target" >"$out/build_$target.log" 2>&1; then
+    built+=("$target")
+    note "build $target: ok ($(( $(date +%s) - start )) s)"
+  else
+    grep -E "error|FAILED" "$out/build_$target.log" | head -15
+    note "build $target: FAILED (see build_$target.log)"
+  fi
+done
+has() { [[ " ${built[*]} " == *" $1 "* ]]; }
+
+# ----- tests ----------------------------------------------------------------------------------
+run_tests() {  # binary filter name: 8 shards in parallel (the f64 reference runs on the CPU)
+  local log="$out/$3.log" shards=8 rc=0
+  for i in $(seq 0 $((shards - 1))); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/tests/$1" --gtest_filter="$2" >"$log.$i" 2>&1 &
+  done
+  for pid in $(jobs -p); do wait "$pid" || rc=$?; done
+  cat "$log".* >"$log" && rm -f "$log".*
+  grep -E "^\[  FAILED  \]|Failure|CHECK failed" "$log" | head -20
+  local passed=$(grep -cE "^\[       OK \]" "$log") failed=$(grep -cE "^\[  FAILED  \] .*\([0-9]+ ms\)$" "$log")
+  local skipped=$(grep -cE "^\[  SKIPPED \] .*\([0-9]+ ms\)$" "$log")
+  note "$3: $passed passed, $failed failed, $skipped skipped, rc=$rc (log $3.log)"
+}
+has test_kernels && run_tests test_kernels '*Cuda*' cuda_kernel_tests
+has test_golden && run_tests test_golden '*Cuda*' cuda_golden_tests
+
+# ----- batch-1 decode speed -------------------------------------------------------------------
+if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
+  model=/tmp/qwen3-0.6b
+  [ -f "$model/config.json" ] || "$build/src/pagellm" make-model --preset qwen3-0.6b --out "$model" --no-tokenizer \
+    >"$out/make_model.log" 2>&1 || { tail -5 "$out/make_model.log"; note "make-model FAILED"; }
+  prompt=$(seq -s, 1000 1015)  # 16 prompt tokens
+  for max_tokens in 16 256; do
+    "$build/src/pagellm" generate --model "$model" --device cuda --prompt-ids "$prompt" --max-tokens "$max_tokens" \
+      --ignore-eos --temperature 0 --output json >"$out/generate_$max_tokens.json" 2>"$out/generate_$max_tokens.log"
+    rc=$?
+    tail -2 "$out/generate_$max_tokens.log"
+    note "generate --device cuda, batch 1, 16 prompt + $max_tokens new tokens: rc=$rc $(grep -oE '[0-9.]+ tok/s' "$out/generate_$max_tokens.log" | tail -1)"
+  done
+fi
+
+echo
+echo "## gpu-check $(date -u +%Y-%m-%d) on ${gpu_name:-unknown GPU}"
+printf '%s\n' "${summary[@]}"
