@@ -8,6 +8,8 @@
 #
 #   scripts/gpu-check.sh                 # everything
 #   GPU_CHECK_SKIP_BENCH=1 scripts/gpu-check.sh   # build and tests only
+#   GPU_CHECK_CXXFLAGS='-include random' ...      # extra C++ flags (e.g. to get past a missing include
+#                                                 # that the GPU machine's newer g++ does not forgive)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -46,7 +48,7 @@ gpu_name=$(head -1 "$out/gpu.txt" 2>/dev/null | cut -d, -f1)
 
 # ----- build ----------------------------------------------------------------------------------
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$pkg_config" >"$out/configure.log" 2>&1 ||
+  -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$pkg_config" -DCMAKE_CXX_FLAGS="${GPU_CHECK_CXXFLAGS:-}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; note "configure FAILED (see configure.log)"; printf '%s\n' "${summary[@]}"; exit 1; }
 built=()
 for target in test_kernels test_golden pagellm; do

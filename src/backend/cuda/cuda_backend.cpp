@@ -107,6 +107,7 @@ class CudaBackend final : public Backend {
   // bf16 checkpoints keep bf16 weights (half the bytes of f32, and the tensor cores' type); f32
   // checkpoints run f32 with f32 GEMMs (no TF32).
   DType weight_dtype(DType activation_dtype) const override { return activation_dtype; }
+  int64_t free_memory_bytes() const override;
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
@@ -165,6 +166,18 @@ Tensor CudaBackend::alloc(Shape shape, DType dtype) {
   // The deleter cannot CHECK: at process exit the runtime may already be unloading.
   std::shared_ptr<void> owner(ptr, [stream = stream_](void* p) { (void)cudaFreeAsync(p, stream.get()); });
   return Tensor(view, std::move(owner));
+}
+
+int64_t CudaBackend::free_memory_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Memory freed into the stream-ordered pool is reusable by alloc() but not free to the driver.
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+  uint64_t reserved = 0, used = 0;
+  CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return static_cast<int64_t>(free_bytes + (reserved > used ? reserved - used : 0));
 }
 
 void CudaBackend::copy(TensorView dst, const TensorView& src) {
