@@ -82,7 +82,11 @@ has test_golden && run_tests test_golden '*Cuda*' cuda_golden_tests
 # ----- batch-1 decode speed -------------------------------------------------------------------
 if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   model=/tmp/qwen3-0.6b
-  [ -f "$model/config.json" ] || "$build/src/pagellm" make-model --preset qwen3-0.6b --out "$model" --no-tokenizer \
+  # The tokenizer (assets/tokenizers/qwen3, from scripts/setup.sh; carry `assets/tokenizers/qwen3`)
+  # is needed by serve; generate works from ids alone.
+  tokenizer_flag=(--no-tokenizer)
+  [ -f assets/tokenizers/qwen3/tokenizer.json ] && tokenizer_flag=(--tokenizer assets/tokenizers/qwen3)
+  [ -f "$model/config.json" ] || "$build/src/pagellm" make-model --preset qwen3-0.6b --out "$model" "${tokenizer_flag[@]}" \
     >"$out/make_model.log" 2>&1 || { tail -5 "$out/make_model.log"; note "make-model FAILED"; }
   prompt=$(seq -s, 1000 1015)  # 16 prompt tokens
   for max_tokens in 16 256; do
@@ -92,6 +96,27 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
     tail -2 "$out/generate_$max_tokens.log"
     note "generate --device cuda, batch 1, 16 prompt + $max_tokens new tokens: rc=$rc $(grep -oE '[0-9.]+ tok/s' "$out/generate_$max_tokens.log" | tail -1)"
   done
+fi
+
+# ----- W1 (anchors.md): bench serve against serve --device cuda -------------------------------
+if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18431
+  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
+    >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+  for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do
+    prompts=$((level == 1 ? 6 : 4 * level))
+    timeout 150 "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
+      --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
+    rc=$?
+    tail -25 "$out/w1_c$level.log"
+    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
+  done
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+  tail -3 "$out/serve.log"
 fi
 
 echo
