@@ -107,7 +107,7 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tok
   for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
   for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do
     prompts=$((level == 1 ? 6 : 4 * level))
-    timeout 150 "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
       --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
       --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
       --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
