@@ -66,29 +66,36 @@ struct BpeModel::MergeTable {
 // fills up is cleared: simple, and words repeat within a text far more than across texts.
 struct BpeModel::WordCache {
   static constexpr size_t kShards = 16;
-  static constexpr size_t kMaxEntriesPerShard = 8192;
+  static constexpr size_t kMaxEntriesPerShard = 16384;
   static constexpr size_t kMaxWordBytes = 64;
   struct Shard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+    FlatStringMap map;          // word -> (offset into ids << 8) | count
+    std::vector<int32_t> ids;
   };
   Shard shards[kShards];
 
-  static size_t shard_of(size_t hash) { return (hash >> 7) % kShards; }
+  static size_t shard_of(uint64_t hash) { return (hash >> 40) % kShards; }
 
-  bool lookup(std::string_view word, size_t hash, std::vector<int32_t>& out) {
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) {
     Shard& shard = shards[shard_of(hash)];
     std::lock_guard lock(shard.mutex);
-    auto it = shard.map.find(word);
-    if (it == shard.map.end()) return false;
-    out.insert(out.end(), it->second.begin(), it->second.end());
+    const uint64_t* v = shard.map.find(word, hash);
+    if (!v) return false;
+    const int32_t* ids = shard.ids.data() + (*v >> 8);
+    out.insert(out.end(), ids, ids + (*v & 0xFF));
     return true;
   }
-  void store(std::string_view word, size_t hash, const int32_t* ids, size_t count) {
+  void store(std::string_view word, uint64_t hash, const int32_t* ids, size_t count) {
+    if (count > 0xFF) return;
     Shard& shard = shards[shard_of(hash)];
     std::lock_guard lock(shard.mutex);
-    if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
-    shard.map.emplace(std::string(word), std::vector<int32_t>(ids, ids + count));
+    if (shard.map.size() >= kMaxEntriesPerShard) {
+      shard.map.clear();
+      shard.ids.clear();
+    }
+    shard.map.insert(word, hash, (uint64_t(shard.ids.size()) << 8) | count);
+    shard.ids.insert(shard.ids.end(), ids, ids + count);
   }
 };
 
@@ -164,11 +171,13 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::from_json(const json& model, bool 
     auto it = bpe->vocab_.find(alphabet.char_of(static_cast<uint8_t>(b)));
     bpe->byte_to_id_[b] = (byte_level_input && it != bpe->vocab_.end()) ? it->second : -1;
   }
-  if (byte_level_input) {
-    bpe->byte_vocab_.reserve(bpe->vocab_.size());
-    for (const auto& [token, id] : bpe->vocab_) {
+  bpe->word_vocab_.reserve(bpe->vocab_.size());
+  for (const auto& [token, id] : bpe->vocab_) {
+    if (!byte_level_input) {
+      bpe->word_vocab_.insert(token, static_cast<uint64_t>(id));
+    } else if (auto bytes = alphabet.decode(token)) {
       // Tokens with characters outside the alphabet can never be produced from bytes.
-      if (auto bytes = alphabet.decode(token)) bpe->byte_vocab_.emplace(std::move(*bytes), id);
+      bpe->word_vocab_.insert(*bytes, static_cast<uint64_t>(id));
     }
   }
 
@@ -264,9 +273,8 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
       const size_t start = pos;
       utf8::decode_at(word, pos);
       const std::string_view ch = word.substr(start, pos - start);
-      auto it = vocab_.find(ch);
-      if (it != vocab_.end()) {
-        on_known(it->second);
+      if (const uint64_t* id = word_vocab_.find(ch)) {
+        on_known(static_cast<int32_t>(*id));
       } else {
         on_missing(ch);
       }
@@ -381,20 +389,15 @@ void BpeModel::merge_large(std::vector<int32_t>& symbols) const {
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  const uint64_t hash = FlatStringMap::hash(word);
   if (ignore_merges_) {
-    const TokenIdMap& whole = byte_level_input_ ? byte_vocab_ : vocab_;
-    auto it = whole.find(word);
-    if (it != whole.end()) {
-      out.push_back(it->second);
+    if (const uint64_t* id = word_vocab_.find(word, hash)) {
+      out.push_back(static_cast<int32_t>(*id));
       return;
     }
   }
   const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-  size_t hash = 0;
-  if (cacheable) {
-    hash = StringHash{}(word);
-    if (cache_->lookup(word, hash, out)) return;
-  }
+  if (cacheable && cache_->lookup(word, hash, out)) return;
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   initial_symbols(word, symbols);

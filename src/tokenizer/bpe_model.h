@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
+#include "tokenizer/flat_string_map.h"
 
 namespace pagellm {
 
@@ -56,7 +57,7 @@ class BpeModel {
   TokenIdMap vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
-  TokenIdMap byte_vocab_;         // raw bytes -> id (byte-level input only)
+  FlatStringMap word_vocab_;      // what encoding looks up: raw bytes -> id (byte-level input) or token -> id
   int32_t byte_to_id_[256];       // alphabet char of each byte -> id, -1 if absent
   std::unique_ptr<MergeTable> merges_;
   std::unique_ptr<WordCache> cache_;
