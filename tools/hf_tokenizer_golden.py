@@ -11,12 +11,18 @@ Each file holds, aligned with corpus.json's "strings":
   ids_special          Tokenizer.encode(s, add_special_tokens=True).ids
   decode               Tokenizer.decode(ids_special, skip_special_tokens=False)
   decode_skip_special  Tokenizer.decode(ids_special, skip_special_tokens=True)
+
+With --bench-file FILE it instead measures single-threaded encode throughput on FILE, cut into
+documents exactly as `pagellm tokenize --bench-file` does (docs/PERFORMANCE.md):
+
+    python3 tools/hf_tokenizer_golden.py --bench-file /tmp/bench_text.txt --families qwen3 llama3
 """
 import argparse
 import json
 import os
 import platform
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ["qwen3", "llama3", "gemma3", "deepseek_v3", "gptoss"]
@@ -28,10 +34,16 @@ def main():
     parser.add_argument("--corpus", default=os.path.join(ROOT, "tests", "golden", "tokenizer", "corpus.json"))
     parser.add_argument("--assets", default=os.path.join(ROOT, "assets", "tokenizers"))
     parser.add_argument("--out-dir", default=os.path.join(ROOT, "tests", "golden", "tokenizer"))
+    parser.add_argument("--bench-file", help="measure encode throughput on this file instead")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
     import tokenizers  # imported here so that --help works without it
     from tokenizers import Tokenizer
+
+    if args.bench_file:
+        bench(args, Tokenizer)
+        return
 
     with open(args.corpus, encoding="utf-8") as f:
         strings = json.load(f)["strings"]
@@ -53,6 +65,27 @@ def main():
             json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")
         print(f"hf_tokenizer_golden: wrote {path} ({len(strings)} strings)", file=sys.stderr)
+
+
+def bench(args, Tokenizer):
+    os.environ["RAYON_NUM_THREADS"] = "1"  # encode() of one string is single-threaded anyway
+    data = open(args.bench_file, "rb").read()
+    docs, start = [], 0
+    while start < len(data):  # cut at the first newline past 2 KB, as the C++ and JS benches do
+        end = data.find(b"\n", min(len(data), start + 2048))
+        end = len(data) if end < 0 else end + 1
+        docs.append(data[start:end].decode("utf-8"))
+        start = end
+    for family in args.families:
+        tok = Tokenizer.from_file(os.path.join(args.assets, family, "tokenizer.json"))
+        best, tokens = float("inf"), 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            tokens = sum(len(tok.encode(d, add_special_tokens=False).ids) for d in docs)
+            best = min(best, time.perf_counter() - t0)
+        print(json.dumps({"family": family, "bytes": len(data), "documents": len(docs), "tokens": tokens,
+                          "seconds": round(best, 3), "mb_per_s": round(len(data) / 1e6 / best, 2),
+                          "tokens_per_s": round(tokens / best), "threads": 1, "repeat": args.repeat}))
 
 
 if __name__ == "__main__":
