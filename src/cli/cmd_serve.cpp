@@ -1,0 +1,168 @@
+// pagellm serve: the OpenAI-compatible HTTP server (src/server) on top of one Engine.
+//
+// Start-up: block SIGINT/SIGTERM in every thread (the main thread takes them with sigwait), load
+// the engine, the chat template, listen, print how to talk to the server. Shutdown: stop accepting,
+// stop the engine (in-flight requests end as "abort" and their streams finish), wait for
+// connections a bounded time, exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_arg.h"
+#include "engine/engine.h"
+#include "server/api_error.h"
+#include "server/api_routes.h"
+#include "server/http_server.h"
+
+namespace pagellm::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, revision, served_model_name, host = "127.0.0.1", api_key, chat_template;
+  int port = 8000;
+  size_t max_body_bytes = 16 * 1024 * 1024;
+  int max_connections = 8192;
+  EngineConfig engine;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CommandError(fmt::format("[serve] cannot read {}", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The special-token variables templates use (bos_token, eos_token, ...) from tokenizer_config.json.
+nlohmann::ordered_json special_tokens_of(const std::filesystem::path& tokenizer_config) {
+  nlohmann::ordered_json tokens = nlohmann::ordered_json::object();
+  if (!std::filesystem::exists(tokenizer_config)) return tokens;
+  auto config = nlohmann::ordered_json::parse(read_file(tokenizer_config.string()), nullptr, false);
+  if (!config.is_object()) return tokens;
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
+                          "mask_token", "additional_special_tokens"})
+    if (config.contains(key) && !config[key].is_null()) tokens[key] = config[key];
+  return tokens;
+}
+
+// Loads --chat-template FILE or the model's own; a model without one still serves completions.
+void load_chat_template(const ServeArgs& args, const std::string& model_dir, server::ServingContext& context) {
+  const std::filesystem::path config = std::filesystem::path(model_dir) / "tokenizer_config.json";
+  Expected<ChatTemplate> loaded = !args.chat_template.empty()
+                                      ? ChatTemplate::from_string(read_file(args.chat_template), special_tokens_of(config))
+                                  : std::filesystem::exists(config)
+                                      ? ChatTemplate::from_tokenizer_config(config.string())
+                                      : Expected<ChatTemplate>(not_found("[serve] no tokenizer_config.json"));
+  if (loaded.has_value()) {
+    context.chat_template = std::move(loaded).value();
+    return;
+  }
+  if (!args.chat_template.empty()) throw CommandError(loaded.status());
+  context.chat_template_error = fmt::format(
+      "[openai] this model has no usable chat template ({}); start the server with --chat-template FILE",
+      loaded.status().message());
+  std::fprintf(stderr, "pagellm serve: chat completions are off: %s\n", loaded.status().message().c_str());
+}
+
+void print_usage_hint(const server::ServingContext& context, const std::string& host, int port, bool has_api_key) {
+  const std::string url = fmt::format("http://{}:{}", host.find(':') != std::string::npos ? "[" + host + "]" : host, port);
+  std::fprintf(stderr, "pagellm serve: listening on %s (model '%s', max_model_len %d)\n", url.c_str(),
+               context.served_model_name.c_str(), context.max_model_len);
+  std::fprintf(stderr,
+               "pagellm serve: try\n  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
+               "    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], "
+               "\"max_tokens\": 32}'\n",
+               url.c_str(), has_api_key ? " -H \"Authorization: Bearer $KEY\"" : "", context.served_model_name.c_str());
+}
+
+void run_serve(ServeArgs& args) {
+  // Signals go to sigwait below, never to a worker thread (each thread inherits this mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const bool is_demo = args.model.empty();
+  const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
+  if (is_demo)
+    std::fprintf(stderr, "pagellm serve: WARNING: serving the demo model, whose weights are RANDOM: it answers "
+                         "gibberish. Pass --model DIR|repo-id for a real model.\n");
+  args.engine.model_dir = model_dir;
+  std::unique_ptr<Engine> engine = value_or_throw(Engine::load(args.engine));
+  engine->start();
+
+  auto context = std::make_shared<server::ServingContext>();
+  context->engine = engine.get();
+  context->tokenizer = engine->shared_tokenizer();
+  context->served_model_name = !args.served_model_name.empty() ? args.served_model_name
+                               : is_demo                       ? std::string("pagellm-demo")
+                                                               : args.model;
+  context->model_dir = model_dir;
+  context->api_key = args.api_key;
+  context->max_model_len = engine->config().max_model_len;
+  context->parse_options.served_model_name = context->served_model_name;
+  context->parse_options.vocab_size = engine->model_config().vocab_size;
+  context->chat_template_error = "[openai] this model has no tokenizer, so no chat template";
+  if (context->tokenizer) load_chat_template(args, model_dir, *context);
+
+  server::HttpServerOptions options;
+  options.host = args.host;
+  options.port = args.port;
+  options.max_connections = args.max_connections;
+  options.limits.max_body_bytes = args.max_body_bytes;
+  server::HttpServer http(options, server::make_api_handler(context),
+                          [](int status, const std::string& message) { return server::error_response(status, message); });
+  throw_if_error(http.listen());
+  http.start();
+  print_usage_hint(*context, args.host, http.port(), !args.api_key.empty());
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "pagellm serve: %s received, shutting down\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  http.stop();    // no new connections; kept-alive ones close after their current exchange
+  engine->stop(); // in-flight requests end with finish_reason "abort": their handlers answer and return
+  if (!http.wait_idle(std::chrono::seconds(5))) {
+    http.shutdown_connections();
+    if (!http.wait_idle(std::chrono::seconds(2))) {
+      std::fprintf(stderr, "pagellm serve: %d connections did not close in time; exiting anyway\n", http.num_connections());
+      std::fflush(nullptr);
+      ::_exit(0);  // threads still hold the engine: skip destructors
+    }
+  }
+  std::fprintf(stderr, "pagellm serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)");
+  auto args = std::make_shared<ServeArgs>();
+  cmd->add_option("--model", args->model, "model folder or Hugging Face repo id in the local cache (default: demo model)");
+  cmd->add_option("--revision", args->revision, "snapshot of a Hugging Face repo id");
+  cmd->add_option("--served-model-name", args->served_model_name,
+                  "the name clients send as \"model\" (default: --model as given, or pagellm-demo)");
+  cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "port to listen on (0 = any free port)")->capture_default_str();
+  cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
+  cmd->add_option("--max-waiting", args->engine.max_waiting, "requests in flight at most; more get 429")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", args->chat_template, "Jinja chat template file (default: tokenizer_config.json's)");
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "request body size limit (larger: 413)")->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections, "open connections at most (more: 503)")->capture_default_str();
+  add_engine_options(*cmd, args->engine);
+  cmd->callback([args] { run_serve(*args); });
+}
+
+}  // namespace pagellm::cli

@@ -1,0 +1,259 @@
+#include "server/openai_serving.h"
+
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "server/choice_streams.h"
+#include "server/openai_logprobs.h"
+#include "server/openai_response.h"
+
+namespace pagellm::server {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr int kMaxChoicesPerRequest = 1024;  // prompts × n
+
+struct Prompt {
+  std::vector<TokenId> ids;
+  std::string echo_text;  // completions with echo: the prompt's text, sent before the output
+};
+
+enum class LogprobMode { kNone, kCompletion, kChat };
+
+// One API request, route-independent: prompts × n choices (choice index = prompt * n + sample).
+struct Generation {
+  ResponseMeta meta;
+  std::vector<Prompt> prompts;
+  CommonFields common;
+  LogprobMode logprobs = LogprobMode::kNone;
+};
+
+// The running state of one choice.
+struct ChoiceState {
+  std::string text;
+  int64_t num_tokens = 0;
+  Json logprobs;          // the API's logprobs object, built as tokens arrive
+  int text_offset = 0;    // completions logprobs
+  bool has_output = false;
+  std::optional<FinishReason> finish_reason;
+};
+
+std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const ServingContext& context,
+                                                                    const Generation& generation) {
+  const int n = generation.common.n;
+  if (generation.prompts.size() * static_cast<size_t>(n) > kMaxChoicesPerRequest)
+    return bad_request(fmt::format("[openai] prompts × n must be at most {}", kMaxChoicesPerRequest), "n");
+  std::vector<GenerateRequest> requests;
+  for (const Prompt& prompt : generation.prompts) {
+    int max_tokens = 0;
+    if (auto error = fit_max_tokens(generation.common, static_cast<int>(prompt.ids.size()), context.max_model_len,
+                                    max_tokens))
+      return *error;
+    for (int sample = 0; sample < n; ++sample) {
+      GenerateRequest request;
+      request.prompt_token_ids = prompt.ids;
+      request.sampling = generation.common.sampling;
+      request.sampling.max_tokens = max_tokens;
+      // n samples of one seeded request must differ from each other yet be reproducible.
+      if (request.sampling.seed) *request.sampling.seed += static_cast<uint64_t>(sample);
+      request.stop_strings = generation.common.stop;
+      requests.push_back(std::move(request));
+    }
+  }
+  return requests;
+}
+
+// The logprobs object for the tokens of one output (null without logprobs).
+Json output_logprobs(const LogprobFormatter& formatter, LogprobMode mode, const RequestOutput& out, int& text_offset) {
+  if (mode == LogprobMode::kNone) return nullptr;
+  if (mode == LogprobMode::kCompletion) {
+    Json logprobs = LogprobFormatter::empty_completion_logprobs();
+    formatter.append_completion(logprobs, out.token_ids, out.logprobs, text_offset);
+    return logprobs;
+  }
+  Json content = Json::array();
+  formatter.append_chat(content, out.token_ids, out.logprobs);
+  return Json{{"content", std::move(content)}};
+}
+
+void merge_logprobs(LogprobMode mode, Json& into, const Json& part) {
+  if (mode == LogprobMode::kNone) return;
+  if (into.is_null()) {
+    into = part;
+    return;
+  }
+  for (auto& [key, values] : part.items())
+    for (const Json& value : values) into[key].push_back(value);
+}
+
+Usage usage_of(const Generation& generation, const std::vector<ChoiceState>& choices) {
+  Usage usage;
+  for (const Prompt& prompt : generation.prompts) usage.prompt_tokens += static_cast<int64_t>(prompt.ids.size());
+  for (const ChoiceState& choice : choices) usage.completion_tokens += choice.num_tokens;
+  return usage;
+}
+
+void respond_whole(const ServingContext& context, const Generation& generation, ChoiceStreams& streams,
+                   ResponseWriter& writer) {
+  const LogprobFormatter formatter(context.tokenizer.get());
+  const int n = generation.common.n;
+  std::vector<ChoiceState> choices(generation.prompts.size() * static_cast<size_t>(n));
+  while (std::optional<ChoiceOutput> next = streams.next(writer)) {
+    ChoiceState& choice = choices[static_cast<size_t>(next->index)];
+    const RequestOutput& out = next->output;
+    if (!out.error.is_ok()) {
+      streams.abort_unfinished();
+      writer.respond(error_response(api_error_from_status(out.error)));
+      return;
+    }
+    choice.text += out.text;
+    choice.num_tokens += static_cast<int64_t>(out.token_ids.size());
+    merge_logprobs(generation.logprobs, choice.logprobs,
+                   output_logprobs(formatter, generation.logprobs, out, choice.text_offset));
+    if (out.finish_reason) choice.finish_reason = out.finish_reason;
+  }
+  if (streams.client_gone()) return;  // nobody to answer; the requests are aborted
+  Json body_choices = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string& echo = generation.prompts[i / static_cast<size_t>(n)].echo_text;
+    body_choices.push_back(response_choice(generation.meta.kind, static_cast<int>(i), echo + choices[i].text,
+                                           choices[i].logprobs, choices[i].finish_reason));
+  }
+  HttpResponse response;
+  response.body = to_json_text(whole_response(generation.meta, std::move(body_choices), usage_of(generation, choices)));
+  writer.respond(response);
+}
+
+// SSE: the 200 and its headers go out with the first output, so a request the engine refuses at
+// once still gets a proper HTTP error.
+void respond_stream(const ServingContext& context, const Generation& generation, ChoiceStreams& streams,
+                    ResponseWriter& writer) {
+  const LogprobFormatter formatter(context.tokenizer.get());
+  const int n = generation.common.n;
+  std::vector<ChoiceState> choices(generation.prompts.size() * static_cast<size_t>(n));
+  bool started = false;
+  while (std::optional<ChoiceOutput> next = streams.next(writer)) {
+    ChoiceState& choice = choices[static_cast<size_t>(next->index)];
+    const RequestOutput& out = next->output;
+    if (!out.error.is_ok()) {
+      streams.abort_unfinished();
+      const ApiError error = api_error_from_status(out.error);
+      if (!started) {
+        writer.respond(error_response(error));
+      } else {
+        writer.write_chunk("data: " + error_json(error) + "\n\n");
+        writer.write_chunk(kSseDone);
+        writer.end_stream();
+      }
+      return;
+    }
+    if (!started) {
+      started = true;
+      if (!writer.start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) break;
+    }
+    std::string text = out.text;
+    if (!choice.has_output) text = generation.prompts[static_cast<size_t>(next->index / n)].echo_text + text;
+    Json logprobs = output_logprobs(formatter, generation.logprobs, out, choice.text_offset);
+    const Json event = chunk(generation.meta, next->index, text, /*with_role=*/!choice.has_output, std::move(logprobs),
+                             out.finish_reason, generation.common.include_usage);
+    choice.has_output = true;
+    choice.num_tokens += static_cast<int64_t>(out.token_ids.size());
+    if (!writer.write_chunk(sse_event(event))) break;  // client gone: abort below
+  }
+  if (streams.client_gone() || !started || writer.client_gone()) {
+    streams.abort_unfinished();
+    return;
+  }
+  if (generation.common.include_usage)
+    writer.write_chunk(sse_event(usage_chunk(generation.meta, usage_of(generation, choices))));
+  writer.write_chunk(kSseDone);
+  writer.end_stream();
+}
+
+void generate(const ServingContext& context, const Generation& generation, ResponseWriter& writer) {
+  auto requests = build_requests(context, generation);
+  if (auto* error = std::get_if<ApiError>(&requests)) {
+    writer.respond(error_response(*error));
+    return;
+  }
+  auto submitted = ChoiceStreams::submit(*context.engine, std::move(std::get<0>(requests)));
+  if (auto* error = std::get_if<ApiError>(&submitted)) {
+    writer.respond(error_response(*error));
+    return;
+  }
+  ChoiceStreams& streams = *std::get<0>(submitted);
+  if (generation.common.stream) respond_stream(context, generation, streams, writer);
+  else respond_whole(context, generation, streams, writer);
+}
+
+std::optional<ApiError> tokenize_text(const ServingContext& context, const std::string& text, bool add_special_tokens,
+                                      const char* param, std::vector<TokenId>& ids) {
+  if (!context.tokenizer)
+    return bad_request("[openai] this model has no tokenizer.json: send prompts as token ids", param);
+  Expected<std::vector<int32_t>> encoded = context.tokenizer->encode(text, add_special_tokens);
+  if (!encoded.has_value()) return api_error_from_status(encoded.status(), param);
+  ids = std::move(encoded).value();
+  if (ids.empty()) return bad_request("[openai] the prompt is empty", param);
+  return std::nullopt;
+}
+
+}  // namespace
+
+void handle_completions(const ServingContext& context, const HttpRequest& request, ResponseWriter& writer) {
+  Json body;
+  CompletionRequest parsed;
+  std::optional<ApiError> error = parse_json_body(request.body, body);
+  if (!error) error = parse_completion_request(body, context.parse_options, parsed);
+  Generation generation;
+  generation.meta = new_response_meta(ApiKind::kCompletion, context.served_model_name);
+  for (size_t i = 0; !error && i < parsed.prompt_texts.size(); ++i) {
+    Prompt prompt;
+    error = tokenize_text(context, parsed.prompt_texts[i], /*add_special_tokens=*/true, "prompt", prompt.ids);
+    if (parsed.echo) prompt.echo_text = parsed.prompt_texts[i];
+    generation.prompts.push_back(std::move(prompt));
+  }
+  for (std::vector<TokenId>& ids : parsed.prompt_ids) {
+    Prompt prompt;
+    if (parsed.echo && context.tokenizer) prompt.echo_text = context.tokenizer->decode(ids, /*skip_special_tokens=*/false);
+    prompt.ids = std::move(ids);
+    generation.prompts.push_back(std::move(prompt));
+  }
+  if (error) {
+    writer.respond(error_response(*error));
+    return;
+  }
+  generation.common = std::move(parsed.common);
+  if (parsed.num_logprobs) generation.logprobs = LogprobMode::kCompletion;
+  generate(context, generation, writer);
+}
+
+void handle_chat_completions(const ServingContext& context, const HttpRequest& request, ResponseWriter& writer) {
+  Json body;
+  ChatRequest parsed;
+  std::optional<ApiError> error = parse_json_body(request.body, body);
+  if (!error) error = parse_chat_request(body, context.parse_options, parsed);
+  if (!error && (!context.chat_template || !context.tokenizer))
+    error = bad_request(context.chat_template_error, "messages", "not_supported");
+  Generation generation;
+  generation.meta = new_response_meta(ApiKind::kChat, context.served_model_name);
+  if (!error) {
+    Expected<std::string> rendered = context.chat_template->render(parsed.template_inputs);
+    Prompt prompt;
+    if (!rendered.has_value()) error = api_error_from_status(rendered.status(), "messages");
+    // The template wrote the special tokens itself: no post-processor BOS/EOS on top (as vLLM).
+    else error = tokenize_text(context, *rendered, /*add_special_tokens=*/false, "messages", prompt.ids);
+    generation.prompts.push_back(std::move(prompt));
+  }
+  if (error) {
+    writer.respond(error_response(*error));
+    return;
+  }
+  generation.common = std::move(parsed.common);
+  if (parsed.logprobs) generation.logprobs = LogprobMode::kChat;
+  generate(context, generation, writer);
+}
+
+}  // namespace pagellm::server

@@ -1,0 +1,27 @@
+// ServingContext: what every route handler of `pagellm serve` needs, fixed at start-up.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/openai_request.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+
+struct ServingContext {
+  Engine* engine = nullptr;                     // started; outlives the HTTP server
+  std::shared_ptr<const Tokenizer> tokenizer;   // null: prompts must be token ids, no chat
+  std::optional<ChatTemplate> chat_template;    // null: chat requests are refused with this reason:
+  std::string chat_template_error;
+  std::string served_model_name;
+  std::string model_dir;
+  std::string api_key;                          // empty: no authentication
+  ParseOptions parse_options;                   // served name, vocab size, limits
+  int max_model_len = 0;
+};
+
+}  // namespace pagellm::server
