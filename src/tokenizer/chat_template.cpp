@@ -103,6 +103,8 @@ Expected<ChatTemplate> ChatTemplate::from_string(std::string template_source, nl
     t.template_ = std::make_shared<const jinja::Template>(jinja::parse_template(template_source));
   } catch (const jinja::TemplateError& e) {
     return template_error(e.what(), e.line, e.col);
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInternal, "[chat_template] internal error: " + std::string(e.what()));
   }
   t.source_ = std::move(template_source);
   return t;
@@ -140,6 +142,9 @@ Expected<std::string> ChatTemplate::render(const ChatTemplateInputs& inputs) con
     return template_error(e.what(), e.line, e.col);
   } catch (const std::bad_alloc&) {
     return template_error("out of memory while rendering", 0, 0);
+  } catch (const std::exception& e) {
+    // A bug on our side; still a one-line error rather than a crash of the server.
+    return Status(StatusCode::kInternal, "[chat_template] internal error: " + std::string(e.what()));
   }
 }
 

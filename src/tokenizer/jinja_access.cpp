@@ -73,7 +73,7 @@ std::string py_format(const std::string& fmt, const CallArgs& args) {
         v = auto_index < args.positional.size() ? &args.positional[auto_index] : nullptr;
         ++auto_index;
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-        size_t k = std::stoul(field);
+        size_t k = field.size() > 9 ? SIZE_MAX : std::stoul(field);
         v = k < args.positional.size() ? &args.positional[k] : nullptr;
       } else {
         for (const auto& [key, val] : args.keyword)
