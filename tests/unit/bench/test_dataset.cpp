@@ -58,7 +58,8 @@ TEST(RandomDataset, FixedLengthsWithoutRangeRatio) {
   options.num_prompts = 10;
   options.input_len = 32;
   options.output_len = 8;
-  for (const BenchRequest& r : make_random_dataset(options, nullptr).value().requests) {
+  Dataset fixed = make_random_dataset(options, nullptr).value();
+  for (const BenchRequest& r : fixed.requests) {
     EXPECT_EQ(r.prompt_len, 32);
     EXPECT_EQ(r.output_len, 8);
   }
