@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "tokenizer/jinja_access.h"
@@ -21,6 +22,37 @@ const std::unordered_set<std::string>& filter_names() {
       "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
       "title", "tojson", "trim", "unique", "upper", "wordcount"};
   return kNames;
+}
+
+// Parameters after the operand, as jinja2 declares each filter; filters taking *args/**kwargs
+// (map, select, reject, selectattr, rejectattr) are absent and not checked here.
+const std::unordered_map<std::string, std::vector<std::string>>& filter_signatures() {
+  static const std::unordered_map<std::string, std::vector<std::string>> kSignatures = {
+      {"abs", {}}, {"attr", {"name"}}, {"capitalize", {}}, {"count", {}}, {"length", {}},
+      {"d", {"default_value", "boolean"}}, {"default", {"default_value", "boolean"}},
+      {"dictsort", {"case_sensitive", "by", "reverse"}}, {"e", {}}, {"escape", {}}, {"first", {}},
+      {"float", {"default"}}, {"indent", {"width", "first", "blank"}}, {"int", {"default", "base"}},
+      {"items", {}}, {"join", {"d", "attribute"}}, {"last", {}}, {"list", {}}, {"lower", {}},
+      {"max", {"case_sensitive", "attribute"}}, {"min", {"case_sensitive", "attribute"}},
+      {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}},
+      {"safe", {}}, {"sort", {"reverse", "case_sensitive", "attribute"}}, {"string", {}},
+      {"sum", {"attribute", "start"}}, {"title", {}}, {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+      {"trim", {"chars"}}, {"unique", {"case_sensitive", "attribute"}}, {"upper", {}}, {"wordcount", {}}};
+  return kSignatures;
+}
+
+// Python's checks when calling a function: too many positional arguments, unknown keywords,
+// and a parameter given twice all raise TypeError.
+void check_call_impl(const std::string& name, const std::vector<std::string>& params, const CallArgs& call) {
+  if (call.positional.size() > params.size())
+    throw TemplateError(name + "() takes " + std::to_string(params.size() + 1) + " positional argument(s) but " +
+                        std::to_string(call.positional.size() + 1) + " were given");
+  for (const auto& [key, value] : call.keyword) {
+    auto it = std::find(params.begin(), params.end(), key);
+    if (it == params.end()) throw TemplateError(name + "() got an unexpected keyword argument '" + key + "'");
+    if (static_cast<size_t>(it - params.begin()) < call.positional.size())
+      throw TemplateError(name + "() got multiple values for argument '" + key + "'");
+  }
 }
 
 // Arguments after the operand, by position or keyword.
@@ -83,21 +115,31 @@ Value sort_key(const Value& item, const std::vector<Value>& attrs, bool case_sen
   return keys.size() == 1 ? keys[0] : Value::list(std::move(keys));
 }
 
-// Python int(str, base): surrounding whitespace, a sign, "_" between digits, a base prefix.
+// Python int(str, base): surrounding whitespace, a sign, "_" between digits, a base prefix
+// (base 0 infers it). Returns false where Python raises ValueError.
 bool parse_python_int(const std::string& text, int base, int64_t* out) {
+  if (base != 0 && (base < 2 || base > 36)) return false;
   std::string s = py_strip(text, nullptr, true, true);
   size_t i = 0;
   bool negative = false;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
-  if (base != 10 && i + 1 < s.size() && s[i] == '0') {
+  if (i + 1 < s.size() && s[i] == '0') {
     char p = static_cast<char>(s[i + 1] | 0x20);
-    if ((base == 16 && p == 'x') || (base == 8 && p == 'o') || (base == 2 && p == 'b')) {
+    int prefix_base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (prefix_base != 0 && (base == 0 || base == prefix_base)) {
+      base = prefix_base;
       i += 2;
       if (i < s.size() && s[i] == '_') ++i;
     }
   }
-  std::string digits;
-  bool prev_underscore = true;
+  if (base == 0) {
+    // No prefix: decimal, and a leading zero is only allowed for zero itself.
+    base = 10;
+    size_t first = s.find_first_not_of("0_", i);
+    if (i < s.size() && s[i] == '0' && first != std::string::npos) return false;
+  }
+  unsigned __int128 value = 0;
+  bool prev_underscore = true, any = false;
   for (; i < s.size(); ++i) {
     char c = s[i];
     if (c == '_') {
@@ -107,14 +149,14 @@ bool parse_python_int(const std::string& text, int base, int64_t* out) {
     }
     int d = (c >= '0' && c <= '9') ? c - '0' : ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? (c | 0x20) - 'a' + 10 : 99;
     if (d >= base) return false;
-    digits += c;
+    value = value * static_cast<unsigned>(base) + static_cast<unsigned>(d);
+    if (value > static_cast<unsigned __int128>(INT64_MAX) + 1) throw TemplateError("unsupported: integer does not fit in 64 bits");
     prev_underscore = false;
+    any = true;
   }
-  if (digits.empty() || prev_underscore) return false;
-  errno = 0;
-  long long v = std::strtoll(digits.c_str(), nullptr, base);
-  if (errno == ERANGE) throw TemplateError("unsupported: integer does not fit in 64 bits");
-  *out = negative ? -v : v;
+  if (!any || prev_underscore) return false;
+  if (!negative && value > static_cast<unsigned __int128>(INT64_MAX)) throw TemplateError("unsupported: integer does not fit in 64 bits");
+  *out = negative ? static_cast<int64_t>(-static_cast<__int128>(value)) : static_cast<int64_t>(value);
   return true;
 }
 
@@ -171,7 +213,7 @@ bool parse_python_float(const std::string& text, double* out) {
 Value to_int_filter(const Value& v, const Args& a) {
   Value def = a.get_or(0, "default", Value(int64_t{0}));
   Value base_v = a.get_or(1, "base", Value(int64_t{10}));
-  int base = static_cast<int>(base_v.is_int() ? base_v.as_int() : 10);
+  int base = (base_v.is_int() && base_v.as_int() >= 0 && base_v.as_int() <= 36) ? static_cast<int>(base_v.as_int()) : -1;
   if (v.is_undefined()) fail_undefined(v);
   if (v.is_int() || v.is_bool()) return Value(v.to_int());
   if (v.is_float()) {
@@ -182,7 +224,6 @@ Value to_int_filter(const Value& v, const Args& a) {
     return Value(static_cast<int64_t>(d));
   }
   if (v.is_string()) {
-    if (base != 10 && base != 16 && base != 8 && base != 2) throw TemplateError("unsupported: int filter base " + std::to_string(base));
     int64_t out;
     if (parse_python_int(v.as_string(), base, &out)) return Value(out);
     double d;
@@ -285,13 +326,16 @@ Value select_filter(const std::string& name, const Value& v, const CallArgs& cal
   CallArgs test_args;
   bool has_test = call.positional.size() > off;
   if (has_test) {
-    if (!call.positional[off].is_string()) throw TemplateError("test name must be a string");
-    test = call.positional[off].as_string();
-    if (!is_known_test(test)) throw TemplateError("unsupported test '" + test + "'");
     test_args.positional.assign(call.positional.begin() + static_cast<long>(off) + 1, call.positional.end());
     test_args.keyword = call.keyword;
   }
   for (const Value& item : iterate(v)) {
+    if (has_test && test.empty()) {  // jinja2 looks the test up per item, so only when there are items
+      const Value& name_v = call.positional[off];
+      if (!name_v.is_string() || !is_known_test(name_v.as_string()))
+        throw TemplateError("no test named " + name_v.repr() + " (unknown or unsupported)");
+      test = name_v.as_string();
+    }
     Value subject = lookup_attr ? lookup_attribute(item, attr) : item;
     bool ok = has_test ? apply_test(test, subject, test_args) : subject.truthy();
     if (ok != reject) out.push_back(item);
@@ -314,13 +358,16 @@ Value map_filter(const Value& v, const CallArgs& call) {
     for (const Value& item : iterate(v)) out.push_back(lookup_attribute(item, *attribute, def));
     return make_generator(std::move(out));
   }
-  if (!call.positional[0].is_string()) throw TemplateError("map filter name must be a string");
-  std::string filter = call.positional[0].as_string();
-  if (!is_known_filter(filter)) throw TemplateError("unsupported filter '" + filter + "'");
+  const Value& filter = call.positional[0];
   CallArgs rest;
   rest.positional.assign(call.positional.begin() + 1, call.positional.end());
   rest.keyword = call.keyword;
-  for (const Value& item : iterate(v)) out.push_back(apply_filter(filter, item, rest));
+  for (const Value& item : iterate(v)) {
+    // Looked up per item, as jinja2 does: an empty input never fails on the name.
+    if (!filter.is_string() || !is_known_filter(filter.as_string()))
+      throw TemplateError("no filter named " + filter.repr() + " (unknown or unsupported)");
+    out.push_back(apply_filter(filter.as_string(), item, rest));
+  }
   return make_generator(std::move(out));
 }
 
@@ -461,9 +508,14 @@ Value sequence_filter(const std::string& name, const Value& v, const Args& a) {
 
 }  // namespace
 
+void check_call(const std::string& name, const std::vector<std::string>& params, const CallArgs& call) {
+  check_call_impl(name, params, call);
+}
+
 bool is_known_filter(const std::string& name) { return filter_names().count(name) > 0; }
 
 Value apply_filter(const std::string& name, const Value& v, const CallArgs& call) {
+  if (auto sig = filter_signatures().find(name); sig != filter_signatures().end()) check_call_impl(name, sig->second, call);
   Args a{call, name.c_str()};
   if (name == "default" || name == "d") {
     Value def = a.get_or(0, "default_value", Value(""));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tokenizer/jinja_value.h"
 
@@ -12,5 +13,7 @@ bool is_known_filter(const std::string& name);
 bool is_known_test(const std::string& name);
 Value apply_filter(const std::string& name, const Value& operand, const CallArgs& args);
 bool apply_test(const std::string& name, const Value& operand, const CallArgs& args);
+// Throws TemplateError as Python would for a call of `name(params...)` with these arguments.
+void check_call(const std::string& name, const std::vector<std::string>& params, const CallArgs& call);
 
 }  // namespace pagellm::jinja

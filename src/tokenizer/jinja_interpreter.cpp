@@ -429,12 +429,7 @@ class Interpreter {
           Value step = sl.c ? eval(*sl.c, scope) : Value(None{});
           return get_slice(obj, start, stop, step);
         }
-        Value key = eval(*e.b, scope);
-        if (key.is_list() && key.as_list().is_tuple() && !obj.is_dict()) {
-          if (obj.is_undefined()) fail_undefined(obj);
-          throw TemplateError("unsupported: tuple index");
-        }
-        return get_item(obj, key);
+        return get_item(obj, eval(*e.b, scope));
       }
       case ExprKind::kSlice: throw TemplateError("unexpected slice");
       case ExprKind::kCall: {

@@ -63,8 +63,10 @@ class Lexer {
       text = strip_before_tag(std::move(text), sign, kind != '{', line_starting);
       emit_data(pos_, std::move(text));
       if (raw_body != std::string::npos) {
+        if (raw_body >= src_.size()) break;  // jinja2 stops silently when nothing follows
         line_starting = lex_raw(raw_body);
       } else if (kind == '#') {
+        if (tag + 2 + (sign ? 1 : 0) >= src_.size()) break;  // "{#" at the very end: jinja2 ignores it
         line_starting = skip_comment(tag, tag + 2 + (sign ? 1 : 0));
       } else {
         pos_ = tag + 2 + (sign ? 1 : 0);

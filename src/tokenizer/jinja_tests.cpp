@@ -23,7 +23,13 @@ const std::unordered_set<std::string>& test_names() {
 bool is_known_test(const std::string& name) { return test_names().count(name) > 0; }
 
 bool apply_test(const std::string& name, const Value& v, const CallArgs& call) {
-  const Value* arg = call.get(0, "value");
+  static const std::vector<std::string> kNoArgs, kOther = {"other"}, kNum = {"num"}, kSeq = {"seq"};
+  const bool compares = name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=" ||
+                        name == "lt" || name == "lessthan" || name == "<" || name == "le" || name == "<=" ||
+                        name == "gt" || name == "greaterthan" || name == ">" || name == "ge" || name == ">=" ||
+                        name == "sameas";
+  check_call(name, compares ? kOther : name == "divisibleby" ? kNum : name == "in" ? kSeq : kNoArgs, call);
+  const Value* arg = call.get(0, compares ? "other" : name == "divisibleby" ? "num" : "seq");
   auto need_arg = [&]() -> const Value& {
     if (!arg) throw TemplateError("test '" + name + "' needs an argument");
     return *arg;
