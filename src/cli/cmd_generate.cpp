@@ -1,7 +1,8 @@
-// pagellm generate: prompts in, tokens (and text when the model folder has a tokenizer) out.
+// pagellm generate: prompts in, tokens (and text when the model folder has a tokenizer) out, through
+// the paged continuous-batching engine. With --prompts-file all prompts are submitted at once.
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -9,21 +10,20 @@
 
 #include "cli/commands.h"
 #include "cli/model_arg.h"
-#include "model/model.h"
-#include "runner/sequence_generator.h"
-#include "tokenizer/tokenizer.h"
+#include "engine/llm.h"
 
 namespace pagellm::cli {
 
 namespace {
 
 struct GenerateArgs {
-  std::string model, revision, prompt, prompt_ids, output = "text", device = "cpu";
+  std::string model, revision, prompt, prompt_ids, prompts_file, output = "text";
   int max_tokens = 16;
   float temperature = 0.0f;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;
   int logprobs = 0;
   bool ignore_eos = false;
+  EngineConfig engine;
 };
 
 std::vector<int32_t> parse_id_list(const std::string& text) {
@@ -44,21 +44,72 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
-std::shared_ptr<const Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
-  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return nullptr;
-  return value_or_throw(Tokenizer::from_dir(model_dir));
+GenerateRequest base_request(const GenerateArgs& args) {
+  GenerateRequest request;
+  request.sampling.max_tokens = args.max_tokens;
+  request.sampling.temperature = args.temperature;
+  request.sampling.seed = args.seed;
+  request.sampling.ignore_eos = args.ignore_eos;
+  if (args.logprobs > 0) request.sampling.num_logprobs = args.logprobs;
+  return request;
 }
 
-nlohmann::ordered_json output_json(const std::vector<int32_t>& prompt_ids, const SequenceOutput& out,
-                                   const Tokenizer* tokenizer) {
+std::vector<TokenId> encode_or_throw(const Tokenizer* tokenizer, const std::string& text, const std::string& where) {
+  if (!tokenizer) throw CommandError(fmt::format("[generate] {}: the model has no tokenizer.json, give token ids", where));
+  return value_or_throw(tokenizer->encode(text, true));
+}
+
+// One line of --prompts-file: {"prompt": "..."} or {"prompt_ids": [...]}, plus optional overrides.
+GenerateRequest request_from_line(const nlohmann::json& line, const GenerateArgs& args, const Tokenizer* tokenizer,
+                                  const std::string& where) {
+  GenerateRequest request = base_request(args);
+  try {
+    if (line.contains("prompt_ids")) request.prompt_token_ids = line.at("prompt_ids").get<std::vector<TokenId>>();
+    else if (line.contains("prompt")) request.prompt_token_ids = encode_or_throw(tokenizer, line.at("prompt").get<std::string>(), where);
+    else throw CommandError(fmt::format("[generate] {}: needs \"prompt\" or \"prompt_ids\"", where));
+    SamplingParams& s = request.sampling;
+    if (line.contains("max_tokens")) s.max_tokens = line.at("max_tokens").get<int>();
+    if (line.contains("temperature")) s.temperature = line.at("temperature").get<float>();
+    if (line.contains("top_p")) s.top_p = line.at("top_p").get<float>();
+    if (line.contains("top_k")) s.top_k = line.at("top_k").get<int>();
+    if (line.contains("seed")) s.seed = line.at("seed").get<uint64_t>();
+    if (line.contains("ignore_eos")) s.ignore_eos = line.at("ignore_eos").get<bool>();
+    if (line.contains("stop")) {
+      const auto& stop = line.at("stop");
+      if (stop.is_string()) request.stop_strings.push_back(stop.get<std::string>());
+      else request.stop_strings = stop.get<std::vector<std::string>>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CommandError(fmt::format("[generate] {}: {}", where, e.what()));
+  }
+  return request;
+}
+
+std::vector<GenerateRequest> read_prompts_file(const GenerateArgs& args, const Tokenizer* tokenizer) {
+  std::ifstream in(args.prompts_file);
+  if (!in) throw CommandError(fmt::format("[generate] cannot read --prompts-file {}", args.prompts_file));
+  std::vector<GenerateRequest> requests;
+  std::string text;
+  for (int line_no = 1; std::getline(in, text); ++line_no) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", args.prompts_file, line_no);
+    const nlohmann::json line = nlohmann::json::parse(text, nullptr, false);
+    if (line.is_discarded() || !line.is_object()) throw CommandError(fmt::format("[generate] {}: not a JSON object", where));
+    requests.push_back(request_from_line(line, args, tokenizer, where));
+  }
+  if (requests.empty()) throw CommandError(fmt::format("[generate] {} has no prompts", args.prompts_file));
+  return requests;
+}
+
+nlohmann::ordered_json output_json(const CompletedRequest& out, bool has_tokenizer) {
   nlohmann::ordered_json item;
-  item["prompt_ids"] = prompt_ids;
+  item["prompt_ids"] = out.prompt_token_ids;
   item["token_ids"] = out.token_ids;
-  if (tokenizer) item["text"] = tokenizer->decode(out.token_ids, true);
+  if (has_tokenizer) item["text"] = out.text;
   item["finish_reason"] = finish_reason_name(out.finish_reason);
   if (!out.logprobs.empty()) {
     nlohmann::ordered_json steps = nlohmann::ordered_json::array();
-    for (const auto& step : out.logprobs) {
+    for (const SampledLogprobs& step : out.logprobs) {
       nlohmann::ordered_json top = nlohmann::ordered_json::array();
       for (const TokenLogprob& lp : step.top) top.push_back({{"id", lp.token_id}, {"logprob", lp.logprob}});
       steps.push_back(top);
@@ -68,63 +119,66 @@ nlohmann::ordered_json output_json(const std::vector<int32_t>& prompt_ids, const
   return item;
 }
 
-void run_generate(const GenerateArgs& args) {
-  if (args.prompt.empty() == args.prompt_ids.empty())
-    throw CommandError("[generate] give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
+std::string dump(const nlohmann::ordered_json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+void run_generate(GenerateArgs args) {
+  const int sources = !args.prompt.empty() + !args.prompt_ids.empty() + !args.prompts_file.empty();
+  if (sources != 1) throw CommandError("[generate] give exactly one of --prompt TEXT, --prompt-ids 1,2,3 or --prompts-file F.jsonl");
   if (args.output != "text" && args.output != "json")
     throw CommandError(fmt::format("[generate] --output must be text or json, got '{}'", args.output));
-  const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
-  auto tokenizer = load_tokenizer_if_present(model_dir);
-  std::vector<int32_t> prompt_ids;
-  if (!args.prompt_ids.empty()) {
-    prompt_ids = parse_id_list(args.prompt_ids);
+  args.engine.model_dir = resolve_model_or_demo(args.model, args.revision);
+  auto llm = value_or_throw(LLM::load(args.engine));
+  const Tokenizer* tokenizer = llm->engine().tokenizer();
+  std::vector<GenerateRequest> requests;
+  if (!args.prompts_file.empty()) {
+    requests = read_prompts_file(args, tokenizer);
   } else {
-    if (!tokenizer)
-      throw CommandError(fmt::format("[generate] {} has no tokenizer.json: use --prompt-ids", model_dir));
-    prompt_ids = value_or_throw(tokenizer->encode(args.prompt, true));
+    requests.push_back(base_request(args));
+    requests.back().prompt_token_ids =
+        args.prompt.empty() ? parse_id_list(args.prompt_ids) : encode_or_throw(tokenizer, args.prompt, "--prompt");
   }
-  auto backend = value_or_throw(make_backend(args.device));
-  auto model = value_or_throw(load_model(model_dir, *backend));
-  SequenceOptions options;
-  options.sampling.max_tokens = args.max_tokens;
-  options.sampling.temperature = args.temperature;
-  options.sampling.seed = args.seed;
-  if (args.logprobs > 0) options.sampling.num_logprobs = args.logprobs;
-  options.sampling.ignore_eos = args.ignore_eos;
-  for (int64_t id : model->config().eos_token_ids) options.sampling.eos_token_ids.push_back(static_cast<int32_t>(id));
   const auto started = std::chrono::steady_clock::now();
-  SequenceOutput out = value_or_throw(generate_sequence(*model, *backend, prompt_ids, options));
+  std::vector<CompletedRequest> outputs = llm->generate(std::move(requests));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (args.output == "json") {
-    nlohmann::ordered_json root;
-    root["outputs"] = nlohmann::ordered_json::array({output_json(prompt_ids, out, tokenizer.get())});
-    std::printf("%s\n", root.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else if (tokenizer) {
-    std::printf("%s\n", tokenizer->decode(out.token_ids, true).c_str());
-  } else {
-    std::printf("%s\n", fmt::format("{}", fmt::join(out.token_ids, ",")).c_str());
+  size_t generated = 0;
+  for (const CompletedRequest& out : outputs) {
+    if (!out.error.is_ok()) throw CommandError(out.error);
+    generated += out.token_ids.size();
   }
-  std::fprintf(stderr, "pagellm: %zu prompt + %zu generated tokens in %.3f s (%.1f tok/s), finish_reason %s\n",
-               prompt_ids.size(), out.token_ids.size(), seconds,
-               static_cast<double>(out.token_ids.size()) / seconds, std::string(finish_reason_name(out.finish_reason)).c_str());
+  if (!args.prompts_file.empty()) {
+    for (const CompletedRequest& out : outputs) std::printf("%s\n", dump(output_json(out, tokenizer)).c_str());
+  } else if (args.output == "json") {
+    nlohmann::ordered_json root;
+    root["outputs"] = nlohmann::ordered_json::array({output_json(outputs[0], tokenizer)});
+    std::printf("%s\n", dump(root).c_str());
+  } else if (tokenizer) {
+    std::printf("%s\n", outputs[0].text.c_str());
+  } else {
+    std::printf("%s\n", fmt::format("{}", fmt::join(outputs[0].token_ids, ",")).c_str());
+  }
+  std::fprintf(stderr, "pagellm: %zu request(s), %zu generated tokens in %.3f s (%.1f tok/s)\n", outputs.size(),
+               generated, seconds, static_cast<double>(generated) / seconds);
 }
 
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
+  auto* cmd = app.add_subcommand("generate", "Generate continuations of prompts (offline, batched)");
   auto args = std::make_shared<GenerateArgs>();
   cmd->add_option("--model", args->model, "model folder or Hugging Face repo id in the local cache (default: demo model)");
   cmd->add_option("--revision", args->revision, "snapshot of a Hugging Face repo id");
   cmd->add_option("--prompt", args->prompt, "prompt text (needs tokenizer.json in the model folder)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt token ids, comma-separated");
+  cmd->add_option("--prompts-file", args->prompts_file,
+                  "JSON lines: {\"prompt\": ...} or {\"prompt_ids\": [...]} (+ max_tokens, temperature, top_p, top_k, "
+                  "seed, stop, ignore_eos); prints JSON lines in input order");
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "sampling seed");
   cmd->add_option("--logprobs", args->logprobs, "top-K log-probabilities per generated token")->capture_default_str();
   cmd->add_option("--output", args->output, "text or json")->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the end-of-sequence token");
+  add_engine_options(*cmd, args->engine);
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -3,9 +3,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include <fmt/format.h>
 
 namespace pagellm {
+
+namespace {
+constexpr size_t kLazyZeroBytes = size_t{1} << 24;
+}  // namespace
 
 std::string_view device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
@@ -67,6 +73,14 @@ TensorView TensorView::reshape(Shape new_shape) const {
 
 Tensor Tensor::cpu(Shape shape, DType dtype) {
   const size_t nbytes = static_cast<size_t>(shape.numel()) * dtype_size_bytes(dtype);
+  if (nbytes >= kLazyZeroBytes) {
+    // Big buffers (KV caches) come from anonymous mappings: zero pages arrive on first touch, so
+    // start-up does not spend seconds clearing memory that may never be used.
+    void* memory = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK_MSG(memory != MAP_FAILED, "out of host memory mapping {} bytes", nbytes);
+    std::shared_ptr<void> owner(memory, [nbytes](void* p) { munmap(p, nbytes); });
+    return Tensor(TensorView(memory, shape, dtype, Device::kCpu), std::move(owner));
+  }
   const size_t aligned = (nbytes + 63) / 64 * 64;
   void* memory = std::aligned_alloc(64, aligned == 0 ? 64 : aligned);
   CHECK_MSG(memory != nullptr, "out of host memory allocating {} bytes", nbytes);

@@ -14,6 +14,9 @@ namespace pagellm {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+// Without --kv-cache-memory the CPU backend takes at most this much host RAM for the KV cache.
+constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -54,7 +57,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (budget <= 0) {
     const int64_t free_bytes = backend->free_memory_bytes();
     if (free_bytes <= 0) return invalid_argument("[engine] cannot tell free memory: give --kv-cache-memory BYTES");
-    budget = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_memory_fraction);
+    if (backend->device() == Device::kCpu) {
+      budget = std::min<int64_t>(free_bytes / 4, kDefaultCpuKvCacheBytes);
+    } else {
+      budget = static_cast<int64_t>(static_cast<double>(free_bytes) * config.gpu_memory_utilization);
+    }
   }
   const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
   if (num_blocks < 1)
@@ -220,6 +227,7 @@ void Engine::step() {
       m.step_time.observe(step_s);
     }
   });
+  if (!plan.empty()) metrics_.record_step_time(step_s);
 }
 
 void Engine::publish(const std::vector<RequestUpdate>& updates) {
@@ -297,6 +305,10 @@ void Engine::end_request(RequestId id, FinishReason reason, Status error) {
 }
 
 EngineMetrics Engine::metrics() const { return metrics_.snapshot(); }
+
+std::vector<float> Engine::step_times_s() const { return metrics_.step_times_s(); }
+
+void Engine::clear_step_times() { metrics_.clear_step_times(); }
 
 bool Engine::is_idle_and_leak_free() const { return scheduler_->is_leak_free(); }
 

@@ -56,6 +56,8 @@ class Engine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
   EngineMetrics metrics() const;
+  std::vector<float> step_times_s() const;  // each step's wall time, in order (for benchmarks)
+  void clear_step_times();
   bool is_running() const { return running_.load(); }
   // Leak check for tests: no live request and every KV block free (valid once idle).
   bool is_idle_and_leak_free() const;

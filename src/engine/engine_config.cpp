@@ -12,6 +12,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       ->capture_default_str();
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
+  command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
+                     "fraction of free GPU memory for the KV cache")->capture_default_str();
   command.add_flag("--no-enable-prefix-caching{false},--enable-prefix-caching{true}", config.enable_prefix_caching,
                    "automatic prefix caching (on by default)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,

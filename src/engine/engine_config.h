@@ -15,8 +15,8 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048;
   int block_size = 16;
   int max_model_len = 0;              // 0: the model's max_position_embeddings, capped by the cache
-  int64_t kv_cache_memory_bytes = 0;  // 0: kv_cache_memory_fraction of the free memory
-  double kv_cache_memory_fraction = 0.25;  // host RAM on CPU
+  int64_t kv_cache_memory_bytes = 0;  // 0: a fraction of the memory free after loading the weights
+  double gpu_memory_utilization = 0.9;   // that fraction on a GPU (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;

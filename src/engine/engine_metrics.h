@@ -45,10 +45,25 @@ class EngineMetricsRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     return metrics_;
   }
+  // Durations of the most recent steps (benchmarks compute percentiles from them).
+  void record_step_time(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (step_times_s_.size() < kMaxStepTimes) step_times_s_.push_back(static_cast<float>(seconds));
+  }
+  std::vector<float> step_times_s() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return step_times_s_;
+  }
+  void clear_step_times() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_times_s_.clear();
+  }
 
  private:
+  static constexpr size_t kMaxStepTimes = 1 << 20;
   mutable std::mutex mutex_;
   EngineMetrics metrics_;
+  std::vector<float> step_times_s_;
 };
 
 }  // namespace pagellm

@@ -1,0 +1,241 @@
+// The paged continuous-batching engine against the transformers fixtures and against the contiguous
+// reference path: one request at a time, all at once with tiny chunks, under block exhaustion
+// (preemption), with prefix caching, and with seeded sampling.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/llm.h"
+#include "runner/sequence_generator.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/qwen3";
+const fs::path kModel = kFixtures / "tied_gqa2_hd32_f32";
+
+struct Fixture {
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<std::vector<TokenId>> greedy;
+};
+
+Fixture read_fixture(const fs::path& dir) {
+  std::ifstream in(dir / "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  Fixture f;
+  for (const auto& c : expected["cases"]) {
+    f.prompts.push_back(c["prompt_ids"].get<std::vector<TokenId>>());
+    f.greedy.push_back(c["greedy_token_ids"].get<std::vector<TokenId>>());
+  }
+  return f;
+}
+
+std::unique_ptr<LLM> make_llm(const fs::path& model_dir, EngineConfig config) {
+  config.model_dir = model_dir.string();
+  if (config.kv_cache_memory_bytes == 0) config.kv_cache_memory_bytes = 64 << 20;
+  auto llm = LLM::load(config);
+  EXPECT_TRUE(llm.has_value()) << llm.status().message();
+  return llm.has_value() ? std::move(llm).value() : nullptr;
+}
+
+GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+// Bytes one block costs for the fixture model (2 layers, 2 kv heads, head_dim 32, f32).
+int64_t kv_bytes_for_blocks(int64_t num_blocks, int block_size) { return num_blocks * 2 * 2 * block_size * 2 * 32 * 4; }
+
+TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
+  for (const auto& entry : fs::directory_iterator(kFixtures)) {
+    if (entry.path().filename().string().find("f32") == std::string::npos) continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    const Fixture fixture = read_fixture(entry.path());
+    // max_num_seqs 1, no prefix caching: each prompt alone.
+    {
+      EngineConfig config;
+      config.max_num_seqs = 1;
+      config.enable_prefix_caching = false;
+      auto llm = make_llm(entry.path(), config);
+      ASSERT_TRUE(llm);
+      for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+        auto out = llm->generate({greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size()))});
+        ASSERT_TRUE(out[0].error.is_ok()) << out[0].error.message();
+        EXPECT_EQ(out[0].token_ids, fixture.greedy[i]) << "prompt " << i;
+      }
+      EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+    }
+    // All prompts at once, prefill forced into chunks of at most 8 tokens per step.
+    {
+      EngineConfig config;
+      config.max_num_batched_tokens = 8;
+      auto llm = make_llm(entry.path(), config);
+      ASSERT_TRUE(llm);
+      std::vector<GenerateRequest> requests;
+      for (size_t i = 0; i < fixture.prompts.size(); ++i)
+        requests.push_back(greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size())));
+      auto outs = llm->generate(std::move(requests));
+      for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, fixture.greedy[i]) << "prompt " << i;
+      EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+    }
+  }
+}
+
+TEST(Engine, PagedEqualsContiguousReference) {
+  auto backend = make_backend("cpu");
+  auto model = load_model(kModel.string(), **backend);
+  ASSERT_TRUE(model.has_value());
+  EngineConfig config;
+  config.block_size = 4;  // many blocks per sequence, scattered by the pool
+  auto llm = make_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  std::mt19937 rng(7);
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<TokenId>> reference;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<TokenId> prompt(static_cast<size_t>(3 + 11 * i));
+    for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
+    SequenceOptions options;
+    options.sampling.temperature = 0.0f;
+    options.sampling.max_tokens = 24;
+    auto ref = generate_sequence(**model, **backend, prompt, options);
+    ASSERT_TRUE(ref.has_value());
+    reference.push_back(ref->token_ids);
+    requests.push_back(greedy_request(prompt, 24));
+  }
+  auto outs = llm->generate(std::move(requests));
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, reference[i]) << "request " << i;
+}
+
+TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
+  constexpr int kRequests = 160, kOutputTokens = 400;
+  std::mt19937 rng(11);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < kRequests; ++i) {
+    std::vector<TokenId> prompt(static_cast<size_t>(4 + rng() % 12));
+    for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
+    prompts.push_back(prompt);
+  }
+  auto run = [&](int64_t num_blocks, EngineMetrics* metrics) {
+    EngineConfig config;
+    config.block_size = 16;
+    config.kv_cache_memory_bytes = kv_bytes_for_blocks(num_blocks, 16);
+    config.max_model_len = 512;
+    auto llm = make_llm(kModel, config);
+    std::vector<GenerateRequest> requests;
+    for (const auto& p : prompts) requests.push_back(greedy_request(p, kOutputTokens));
+    auto outs = llm->generate(std::move(requests));
+    *metrics = llm->engine().metrics();
+    EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+    return outs;
+  };
+  EngineMetrics small_metrics, large_metrics;
+  auto constrained = run(40, &small_metrics);   // 640 tokens: one or two requests fit at a time
+  auto roomy = run(160 * 27, &large_metrics);   // every request fits at once
+  EXPECT_GT(small_metrics.preemptions, 0u);
+  EXPECT_EQ(large_metrics.preemptions, 0u);
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(constrained[static_cast<size_t>(i)].error.is_ok());
+    EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids.size(), static_cast<size_t>(kOutputTokens));
+    EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids, roomy[static_cast<size_t>(i)].token_ids) << "request " << i;
+  }
+}
+
+TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
+  EngineConfig config;
+  config.block_size = 16;
+  auto llm = make_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  std::mt19937 rng(3);
+  std::vector<TokenId> shared(100);
+  for (TokenId& t : shared) t = static_cast<TokenId>(rng() % 512);
+  auto make_batch = [&] {
+    std::vector<GenerateRequest> batch;
+    for (int i = 0; i < 4; ++i) {
+      std::vector<TokenId> prompt = shared;
+      prompt.push_back(static_cast<TokenId>(i));
+      batch.push_back(greedy_request(prompt, 12));
+    }
+    return batch;
+  };
+  auto first = llm->generate(make_batch());
+  auto second = llm->generate(make_batch());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].token_ids, second[i].token_ids);
+    EXPECT_EQ(second[i].num_cached_tokens, 96) << "six full blocks of the shared prefix";
+  }
+  const EngineMetrics m = llm->engine().metrics();
+  EXPECT_GT(m.prefix_cache_hit_tokens, 0u);
+  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+}
+
+TEST(Engine, SeededSamplingIsBatchInvariant) {
+  EngineConfig config;
+  auto llm = make_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  auto seeded = [](std::vector<TokenId> prompt) {
+    GenerateRequest r;
+    r.prompt_token_ids = std::move(prompt);
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = 1234;
+    r.sampling.max_tokens = 20;
+    return r;
+  };
+  const std::vector<TokenId> prompt = {5, 6, 7, 8, 9};
+  auto alone = llm->generate({seeded(prompt)});
+  std::vector<GenerateRequest> crowd;
+  for (int i = 0; i < 8; ++i) crowd.push_back(seeded({static_cast<TokenId>(10 + i), 11, 12}));
+  crowd.insert(crowd.begin() + 3, seeded(prompt));
+  auto together = llm->generate(std::move(crowd));
+  EXPECT_EQ(alone[0].token_ids, together[3].token_ids);
+  // A different seed gives a different continuation (20 draws at temperature 1).
+  GenerateRequest other = seeded(prompt);
+  other.sampling.seed = 99;
+  EXPECT_NE(llm->generate({std::move(other)})[0].token_ids, alone[0].token_ids);
+}
+
+TEST(Engine, RejectsBadRequestsUpFront) {
+  EngineConfig config;
+  config.max_model_len = 64;
+  auto llm = make_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  auto too_long = llm->engine().submit(greedy_request(std::vector<TokenId>(60, 1), 10));
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_NE(too_long.status().message().find("exceeds max_model_len 64"), std::string::npos);
+  auto bad_id = llm->engine().submit(greedy_request({1, 2, 999}, 4));
+  ASSERT_FALSE(bad_id.has_value());
+  EXPECT_NE(bad_id.status().message().find("outside the vocabulary"), std::string::npos);
+  GenerateRequest bad_p = greedy_request({1, 2}, 4);
+  bad_p.sampling.top_p = 1.5f;
+  EXPECT_FALSE(llm->engine().submit(std::move(bad_p)).has_value());
+}
+
+TEST(Engine, AbortFreesBlocks) {
+  EngineConfig config;
+  auto llm = make_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
+  ASSERT_TRUE(channel.has_value());
+  auto first = (*channel)->next();
+  ASSERT_TRUE(first.has_value());
+  llm->engine().abort((*channel)->id());
+  std::optional<FinishReason> reason;
+  while (auto out = (*channel)->next()) reason = out->finish_reason;
+  EXPECT_EQ(reason, FinishReason::kAbort);
+  for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+}
+
+}  // namespace
+}  // namespace pagellm
