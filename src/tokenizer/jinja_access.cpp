@@ -106,8 +106,45 @@ bool affix_matches(const std::string& s, const Value& affix, bool prefix, const 
   return one(affix);
 }
 
+// CPython's argument rules for str methods: how many positional arguments each takes, and
+// whether it accepts keywords at all (most are positional-only).
+void check_str_args(const std::string& name, const CallArgs& a) {
+  struct Rule {
+    const char* name;
+    size_t max_positional;
+    bool keywords;
+  };
+  static const Rule kRules[] = {
+      {"startswith", 3, false}, {"endswith", 3, false}, {"strip", 1, false}, {"lstrip", 1, false},
+      {"rstrip", 1, false}, {"split", 2, true}, {"rsplit", 2, true}, {"splitlines", 1, true},
+      {"replace", 3, false}, {"upper", 0, false}, {"lower", 0, false}, {"title", 0, false},
+      {"capitalize", 0, false}, {"find", 3, false}, {"rfind", 3, false}, {"index", 3, false},
+      {"rindex", 3, false}, {"count", 3, false}, {"join", 1, false}, {"removeprefix", 1, false},
+      {"removesuffix", 1, false}, {"isdigit", 0, false}, {"isalpha", 0, false}, {"isalnum", 0, false},
+      {"isspace", 0, false}, {"isdecimal", 0, false}, {"isnumeric", 0, false}, {"islower", 0, false},
+      {"isupper", 0, false}};
+  for (const Rule& r : kRules) {
+    if (name != r.name) continue;
+    if (!r.keywords && !a.keyword.empty()) throw TemplateError("str." + name + "() takes no keyword arguments");
+    if (a.positional.size() > r.max_positional)
+      throw TemplateError("str." + name + "() takes at most " + std::to_string(r.max_positional) + " argument(s) (" +
+                          std::to_string(a.positional.size()) + " given)");
+    if (r.keywords) {
+      for (const auto& [k, v] : a.keyword) {
+        bool known = name == "splitlines" ? k == "keepends" : (k == "sep" || k == "maxsplit");
+        if (!known) throw TemplateError("str." + name + "() got an unexpected keyword argument '" + k + "'");
+      }
+    }
+  }
+}
+
 Value string_method(const std::string& s, const std::string& name) {
-  auto bind = [&](std::function<Value(const CallArgs&)> fn) { return make_callable("str." + name, std::move(fn)); };
+  auto bind = [&](std::function<Value(const CallArgs&)> fn) {
+    return make_callable("str." + name, [name, fn = std::move(fn)](const CallArgs& a) {
+      check_str_args(name, a);
+      return fn(a);
+    });
+  };
   if (name == "startswith" || name == "endswith") {
     bool prefix = name == "startswith";
     return bind([s, prefix](const CallArgs& a) {

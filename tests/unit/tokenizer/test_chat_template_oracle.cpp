@@ -142,3 +142,41 @@ TEST(ChatTemplate, RejectsBadInputs) {
 
 }  // namespace
 }  // namespace pagellm::test
+
+namespace pagellm::test {
+namespace {
+
+std::string run_command(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  *status = ::pclose(pipe);
+  return out;
+}
+
+TEST(ChatTemplateCli, PrintsTheRenderedPrompt) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("pagellm_ct_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir + "/messages.json") << R"([{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi 👋"}])";
+  }
+  int status = -1;
+  const std::string out = run_command(std::string(PAGELLM_CLI) + " chat-template --tokenizer " +
+                                          repo_path("assets/tokenizers/qwen3") + " --messages " + dir +
+                                          "/messages.json --add-generation-prompt --kwargs '{\"enable_thinking\": false}'",
+                                      &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out, "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nHi 👋<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const std::string err = run_command(std::string(PAGELLM_CLI) + " chat-template --tokenizer " +
+                                          repo_path("assets/tokenizers/gptoss") + " --messages " + dir + "/messages.json 2>&1",
+                                      &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(err.find("has no chat_template"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagellm::test

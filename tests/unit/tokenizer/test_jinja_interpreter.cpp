@@ -61,6 +61,12 @@ const Case kCases[] = {
     {"{% macro list_items(items) %}{% for i in items %}{{ caller(i) }}{% endfor %}{% endmacro %}{% call(item) list_items([1, 2]) %}<{{ item }}>{% endcall %}", "{}"},
     {"{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(6) }}", "{}"},
     {"{% filter upper %}shout {{ 'this' }}{% endfilter %}", "{}"},
+    {"{% for m in ms %}{% generation %}<{{ m }}>{% endgeneration %}{% endfor %}", R"({"ms": [1, 2]})"},
+    {"{{ strftime_now('%Y') }} {{ raise_exception is defined }}", "{}"},
+    {"{{ 'a'.strip(chars='a') }}", "{}"},
+    {"{{ [1]|join(', ', attribute=none, extra=1) }}", "{}"},
+    {"{{ []|map('nosuchfilter')|list }} {{ []|select('nosuchtest')|list }}", "{}"},
+    {"{{ 'zz'|int(base=36) }} {{ '0b101'|int(base=0) }} {{ '017'|int(base=0) }} {{ 'x'|int(base=99) }}", "{}"},
     // ---- literals and printing as Python does ----
     {"{{ none }} {{ None }} {{ true }} {{ False }} {{ 1 }} {{ -7 }} {{ 1.0 }} {{ 1.5e3 }} {{ 1e20 }} {{ 1e16 }} {{ 1e15 }} {{ 1e-5 }} {{ 0.0001 }} {{ 1_000 }} {{ 0x1F }} {{ 0o17 }} {{ 0b101 }}", "{}"},
     {"{{ [1, 'a', none, true, 2.5, [], {}] }} {{ {'k': 'v', 'n': none, 1: [1]} }} {{ (1,) }} {{ () }} {{ (1, 'b') }}", "{}"},
