@@ -32,6 +32,7 @@ struct ServeArgs {
   int port = 8000;
   size_t max_body_bytes = 16 * 1024 * 1024;
   int max_connections = 8192;
+  double header_timeout_s = 10.0;
   EngineConfig engine;
 };
 
@@ -122,6 +123,7 @@ void run_serve(ServeArgs& args) {
   options.port = args.port;
   options.max_connections = args.max_connections;
   options.limits.max_body_bytes = args.max_body_bytes;
+  options.limits.head_timeout_ms = static_cast<int>(args.header_timeout_s * 1000.0);
   server::HttpServer http(options, server::make_api_handler(context),
                           [](int status, const std::string& message) { return server::error_response(status, message); });
   throw_if_error(http.listen());
@@ -161,6 +163,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template, "Jinja chat template file (default: tokenizer_config.json's)");
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "request body size limit (larger: 413)")->capture_default_str();
   cmd->add_option("--max-connections", args->max_connections, "open connections at most (more: 503)")->capture_default_str();
+  cmd->add_option("--header-timeout-s", args->header_timeout_s,
+                  "a request head must arrive within this time from its first byte (slow clients: 408)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   add_engine_options(*cmd, args->engine);
   cmd->callback([args] { run_serve(*args); });
 }

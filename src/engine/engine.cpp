@@ -20,6 +20,17 @@ constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Gauges and cumulative scheduler counters; refreshed after every step and after every inbox drain
+// (an abort while idle frees blocks without a step, and /metrics must show that).
+void record_scheduler_stats(EngineMetrics& m, const SchedulerStats& stats) {
+  m.num_running = stats.num_running;
+  m.num_waiting = stats.num_waiting;
+  m.kv_blocks_used = stats.num_kv_blocks_used;
+  m.prefix_cache_query_tokens = static_cast<uint64_t>(stats.prefix_cache_query_tokens);
+  m.prefix_cache_hit_tokens = static_cast<uint64_t>(stats.prefix_cache_hit_tokens);
+  m.preemptions = static_cast<uint64_t>(stats.num_preemptions);
+}
 }  // namespace
 
 // Engine-thread state of one live request.
@@ -29,6 +40,7 @@ struct Engine::Live {
   std::unique_ptr<StopStringMatcher> stop_matcher;      // null without stop strings
   Clock::time_point submitted, last_token;
   bool has_first_token = false;
+  bool was_scheduled = false;
   int num_prompt_tokens = 0;
 };
 
@@ -183,6 +195,10 @@ bool Engine::drain_inbox(bool wait) {
   for (RequestId id : aborts) {
     if (scheduler_->abort(id).is_ok()) end_request(id, FinishReason::kAbort, Status::ok());
   }
+  if (!submits.empty() || !aborts.empty()) {
+    const SchedulerStats stats = scheduler_->stats();
+    metrics_.update([&](EngineMetrics& m) { record_scheduler_stats(m, stats); });
+  }
   return !stopping;
 }
 
@@ -209,18 +225,20 @@ void Engine::run_loop() {
 void Engine::step() {
   const auto started = Clock::now();
   StepPlan plan = scheduler_->schedule();
+  for (const ScheduledRequest& row : plan.rows) {
+    if (!row.is_new) continue;
+    auto it = live_.find(row.request_id);
+    if (it == live_.end() || it->second->was_scheduled) continue;
+    it->second->was_scheduled = true;  // queue time ends at the first admission, not after preemptions
+    metrics_.update([&](EngineMetrics& m) { m.queue_time.observe(seconds_between(it->second->submitted, started)); });
+  }
   StepResult result = runner_->execute(plan);
   std::vector<RequestUpdate> updates = scheduler_->commit(plan, result);
   publish(updates);
   const double step_s = seconds_between(started, Clock::now());
   const SchedulerStats stats = scheduler_->stats();
   metrics_.update([&](EngineMetrics& m) {
-    m.num_running = stats.num_running;
-    m.num_waiting = stats.num_waiting;
-    m.kv_blocks_used = stats.num_kv_blocks_used;
-    m.prefix_cache_query_tokens = static_cast<uint64_t>(stats.prefix_cache_query_tokens);
-    m.prefix_cache_hit_tokens = static_cast<uint64_t>(stats.prefix_cache_hit_tokens);
-    m.preemptions = static_cast<uint64_t>(stats.num_preemptions);
+    record_scheduler_stats(m, stats);
     if (!plan.empty()) {
       ++m.steps;
       m.step_time_total_s += step_s;

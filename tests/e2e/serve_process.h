@@ -1,0 +1,40 @@
+// ServeProcess: runs the real `pagellm serve` binary (PAGELLM_CLI) on 127.0.0.1 with a free port
+// (--port 0; the port is read from its "listening on" line) and waits until /health answers 200.
+// The model is qwen3-tiny with the real Qwen3 tokenizer and random f32 weights, made once per
+// build folder. Destruction sends SIGTERM and waits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pagellm::e2e {
+
+inline constexpr const char* kModelName = "test-model";
+inline constexpr int kMaxModelLen = 1024;
+
+// The e2e model folder (made under PAGELLM_BINARY_DIR on first use, safe against parallel tests).
+std::string e2e_model_dir();
+
+class ServeProcess {
+ public:
+  // Default flags: --model e2e_model_dir() --served-model-name test-model --max-model-len 1024
+  // --kv-cache-memory 64 MiB; `extra_args` come after them (later flags win).
+  explicit ServeProcess(const std::vector<std::string>& extra_args = {});
+  ~ServeProcess();
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  bool ready() const { return port_ > 0; }
+  int port() const { return port_; }
+  std::string base_url() const;
+  std::string log() const;  // the server's stderr and stdout so far
+  // Sends `signal` and waits up to timeout_ms; returns the exit code, or -1 (killed, timed out).
+  int stop(int signal, int timeout_ms);
+
+ private:
+  int pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+}  // namespace pagellm::e2e
