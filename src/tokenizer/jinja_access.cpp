@@ -176,6 +176,8 @@ Value string_method(const std::string& s, const std::string& name) {
   if (name == "splitlines") {
     return bind([s](const CallArgs& a) {
       const Value* keep = a.get(0, "keepends");
+      if (keep && !(keep->is_int() || keep->is_bool()))
+        throw TemplateError("'" + keep->type_name() + "' object cannot be interpreted as an integer");
       return strings_to_list(py_splitlines(s, keep && keep->truthy()));
     });
   }
