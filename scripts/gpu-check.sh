@@ -21,25 +21,7 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
 # ----- dependencies ---------------------------------------------------------------------------
-deps=/tmp/pagellm-deps
-if [ -d .debs ] && ls .debs/*.deb >/dev/null 2>&1; then
-  if [ ! -f "$deps/.done" ]; then
-    rm -rf "$deps" && mkdir -p "$deps"
-    for f in .debs/*.deb; do dpkg -x "$f" "$deps"; done
-    # Debian's .pc files name /usr; point them at the prefix. openblas.pc normally comes from the
-    # alternatives system (not in the .deb): use the pthread flavour's own .pc.
-    mkdir -p "$deps/usr/lib/x86_64-linux-gnu/pkgconfig"
-    cp "$deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig/openblas.pc" "$deps/usr/lib/x86_64-linux-gnu/pkgconfig/"
-    ln -sf openblas-pthread/libopenblas.so.0 "$deps/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
-    find "$deps" -name '*.pc' -print0 | xargs -0 sed -i -e "s|^prefix=/usr\$|prefix=$deps/usr|" -e "s|=/usr/|=$deps/usr/|g"
-    touch "$deps/.done"
-  fi
-  export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  command -v pkg-config >/dev/null || export PKG_CONFIG="$deps/usr/bin/pkgconf"
-  note "deps: unpacked $(ls .debs/*.deb | wc -l) Debian packages into $deps"
-fi
+source scripts/gpu-deps.sh
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 pkg_config=${PKG_CONFIG:-$(command -v pkg-config)}
 echo "host: $(uname -m), $(. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME"), $(g++ --version 2>/dev/null | head -1), $("$nvcc" --version | tail -1)"
