@@ -80,6 +80,49 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   done
 fi
 
+# ----- profile (GPU_CHECK_PROFILE=1): decode step times with and without graphs, ncu per kernel --
+# bench latency times prefill and decode steps in-process (no HTTP). ncu (graphs off, so each kernel
+# is its own launch) times the kernels of two decode steps, skipping prefill and warm-up: with
+# ~260 launches per step of the 28-layer model, --launch-skip 26000 lands well inside the decode.
+if has pagellm && [ -n "${GPU_CHECK_PROFILE:-}" ] && [ -f /tmp/qwen3-0.6b/config.json ]; then
+  for batch in ${GPU_CHECK_PROFILE_BATCHES:-1 64 128}; do
+    for graphs in 1 0; do
+      PAGELLM_CUDA_GRAPHS=$graphs timeout 120 "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda \
+        --batch-size "$batch" --input-len 512 --output-len 64 --max-num-seqs 256 --output json \
+        >"$out/latency_b${batch}_g$graphs.json" 2>"$out/latency_b${batch}_g$graphs.log"
+      note "bench latency batch $batch graphs=$graphs: rc=$? $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: (round(v,5) if isinstance(v,float) else v) for k,v in j.items() if not isinstance(v,(list,dict))})" "$out/latency_b${batch}_g$graphs.json" 2>/dev/null | cut -c1-400)"
+    done
+  done
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  for batch in ${GPU_CHECK_NCU_BATCHES:-1 128}; do
+    [ -n "$ncu_bin" ] || { note "ncu not found"; break; }
+    PAGELLM_CUDA_GRAPHS=0 timeout 200 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+      --launch-skip "${GPU_CHECK_NCU_SKIP:-26000}" --launch-count 520 --print-summary per-kernel --print-units base --print-kernel-base function --csv \
+      "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda --batch-size "$batch" --input-len 512 \
+      --output-len 200 --max-num-seqs 256 >"$out/ncu_b$batch.csv" 2>"$out/ncu_b$batch.log"
+    note "ncu batch $batch: rc=$? (ncu_b$batch.csv)"
+    python3 - "$out/ncu_b$batch.csv" <<'PY' || true
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+if not rows: sys.exit(0)
+head = rows[0]; data = rows[1:]
+try:
+    ki = head.index("Kernel Name"); ii = head.index("Invocations"); ai = head.index("Average"); mi = head.index("Metric Name")
+except ValueError:
+    print("ncu columns:", head); sys.exit(0)
+tot = collections.Counter(); cnt = collections.Counter()
+for r in data:
+    if r[mi] != "gpu__time_duration.sum": continue
+    name = r[ki][:60]
+    try: tot[name] += float(r[ai].replace(",", "")) * int(r[ii]); cnt[name] += int(r[ii])
+    except ValueError: pass
+all_ns = sum(tot.values())
+print(f"ncu: {sum(cnt.values())} kernels, {all_ns/1e3:.1f} us of GPU time (2 decode steps)")
+for name, ns in tot.most_common(12): print(f"  {ns/all_ns*100:5.1f}%  {ns/1e3:9.1f} us  x{cnt[name]:4d}  {name}")
+PY
+  done
+fi
+
 # ----- W1 (anchors.md): bench serve against serve --device cuda -------------------------------
 if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
   port=18431

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ struct AttentionParams {
   int32_t max_seqlen_k = 0;
 };
 
+// A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same
+// pointers and whatever the buffers they name hold at replay time.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -54,6 +63,17 @@ class Backend {
   virtual void copy(TensorView dst, const TensorView& src) = 0;
   // Waits for all queued work (no-op on CPU).
   virtual void synchronize() = 0;
+  // Host memory the device copies from and into without staging (page-locked on CUDA, so a
+  // host-to-device copy() from it returns before the copy is done: keep it unchanged until the next
+  // synchronize()). Plain host memory on the CPU.
+  virtual Tensor alloc_host(Shape shape, DType dtype) { return Tensor::cpu(shape, dtype); }
+  // Records the ops `record` queues into a graph instead of running them (host-side planning
+  // happens during recording, DESIGN.md rule 6); nullptr where the backend has no graphs (CPU).
+  // `record` must not allocate, copy to the host or synchronize.
+  virtual std::unique_ptr<OpGraph> capture(const std::function<void()>& record) {
+    (void)record;
+    return nullptr;
+  }
 
   // out[M, N] = x[M, K] . w[N, K]^T
   virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;
@@ -81,6 +101,31 @@ class Backend {
   //   h / (num_heads / num_kv_heads).
   virtual void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
                          const TensorView& v_cache, const AttentionParams& params) = 0;
+
+  // ----- fused ops: the default bodies compose the ops above and are the CPU twins; a device
+  // overrides them with one kernel that rounds at the same points.
+
+  // hidden = hidden + delta (rounded to hidden's dtype), then normed = rms_norm(hidden) with w.
+  // hidden, delta, normed: [rows, D].
+  virtual void add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w,
+                            float eps, NormWeight mode) {
+    add(hidden, hidden, delta);
+    rms_norm(normed, hidden, w, eps, mode);
+  }
+  // The attention prologue of one layer, in place on q [T, nH, hd] and k [T, nKV, hd] (views into
+  // the fused qkv rows): per-head rms_norm of q with q_norm[hd] and of k with k_norm[hd], RoPE at
+  // positions[T], then k and v [T, nKV, hd] are written to the caches at slot_mapping (as write_kv).
+  virtual void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
+                                     const TensorView& k_norm, float eps, NormWeight mode,
+                                     const TensorView& positions, const TensorView& inv_freq,
+                                     float attention_scaling, TensorView k_cache, TensorView v_cache,
+                                     const TensorView& slot_mapping) {
+    rms_norm(q, q, q_norm, eps, mode);
+    rms_norm(k, k, k_norm, eps, mode);
+    rope(q, positions, inv_freq, attention_scaling);
+    rope(k, positions, inv_freq, attention_scaling);
+    write_kv(k_cache, v_cache, k, v, slot_mapping);
+  }
 
   // ids[R] (i32) = argmax over logits[R, V].
   virtual void argmax(TensorView ids, const TensorView& logits) = 0;

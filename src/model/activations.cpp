@@ -14,6 +14,7 @@ TensorView Activations::rows(size_t index, int64_t rows) {
   Buffer& buffer = buffers_[index];
   if (!buffer.tensor.defined() || buffer.tensor.size(0) < rows) {
     const int64_t capacity = std::max<int64_t>(rows, buffer.tensor.defined() ? buffer.tensor.size(0) * 2 : 16);
+    if (buffer.tensor.defined() && backend_.device() != Device::kCpu) retired_.push_back(std::move(buffer.tensor));
     buffer.tensor = backend_.alloc({capacity, buffer.width}, dtype_);
   }
   return buffer.tensor.view().slice_rows(0, rows);

@@ -1,5 +1,6 @@
 // Activations: grow-only scratch buffers of a model forward, sized in tokens, so the step loop does
-// not allocate once the largest batch has been seen.
+// not allocate once the largest batch has been seen. On a device (not the CPU) an outgrown buffer
+// stays allocated: a graph captured from an earlier, smaller forward still reads and writes it.
 #pragma once
 
 #include <vector>
@@ -24,6 +25,7 @@ class Activations {
   Backend& backend_;
   DType dtype_;
   std::vector<Buffer> buffers_;
+  std::vector<Tensor> retired_;  // outgrown device buffers (see above)
 };
 
 // [T, num_heads, head_dim] view of columns [first_col, first_col + num_heads * head_dim) of a

@@ -39,8 +39,8 @@ class Qwen3Model final : public Model {
 
  private:
   void attention_block(const Qwen3Layer& layer, const KvCacheView& cache, const StepBatch& batch,
-                       int32_t sliding_window, TensorView hidden);
-  void mlp_block(const Qwen3Layer& layer, TensorView hidden);
+                       int32_t sliding_window);
+  void mlp_block(const Qwen3Layer& layer, int64_t num_tokens);
 
   ModelConfig config_;
   Backend& backend_;
@@ -103,26 +103,35 @@ Status Qwen3Model::load(const Checkpoint& checkpoint) {
 }
 
 void Qwen3Model::forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) {
-  CHECK(static_cast<int64_t>(caches.attention_layers.size()) == config_.num_hidden_layers);
+  CHECK(static_cast<int64_t>(caches.attention_layers.size()) == config_.num_hidden_layers && !layers_.empty());
   const int64_t num_tokens = batch.num_tokens;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   TensorView hidden = act_.rows(kHidden, num_tokens);  // [T, H], the residual stream
+  TensorView normed = act_.rows(kNormed, num_tokens);  // [T, H], the input of the next block
+  TensorView proj = act_.rows(kProj, num_tokens);      // [T, H], the output of the last block
   backend_.embedding(hidden, embed_tokens_, batch.token_ids);
+  backend_.rms_norm(normed, hidden, layers_.front().input_norm, eps, NormWeight::kPlain);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const bool sliding = config_.layer_types[i] == LayerType::kSlidingAttention;
     const int32_t window = sliding && config_.sliding_window ? static_cast<int32_t>(*config_.sliding_window) : -1;
-    attention_block(layers_[i], caches.attention_layers[i], batch, window, hidden);
-    mlp_block(layers_[i], hidden);
+    attention_block(layers_[i], caches.attention_layers[i], batch, window);
+    // Each block's residual add is fused with the norm that opens the next block.
+    backend_.add_rms_norm(hidden, normed, proj, layers_[i].post_norm, eps, NormWeight::kPlain);
+    mlp_block(layers_[i], num_tokens);
+    if (i + 1 < layers_.size()) backend_.add_rms_norm(hidden, normed, proj, layers_[i + 1].input_norm, eps, NormWeight::kPlain);
   }
+  backend_.add(hidden, hidden, proj);
   // Only the rows that sample go through the final norm and the vocabulary projection.
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
   backend_.embedding(last, hidden, batch.logits_rows);
-  backend_.rms_norm(last, last, final_norm_, static_cast<float>(config_.rms_norm_eps), NormWeight::kPlain);
+  backend_.rms_norm(last, last, final_norm_, eps, NormWeight::kPlain);
   backend_.matmul(logits, last, lm_head_);
 }
 
+// Reads the normed input rows (kNormed), writes the block's output projection (kProj).
 void Qwen3Model::attention_block(const Qwen3Layer& layer, const KvCacheView& cache, const StepBatch& batch,
-                                 int32_t sliding_window, TensorView hidden) {
+                                 int32_t sliding_window) {
   const int64_t num_tokens = batch.num_tokens, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -130,16 +139,13 @@ void Qwen3Model::attention_block(const Qwen3Layer& layer, const KvCacheView& cac
   TensorView qkv = act_.rows(kQkv, num_tokens);         // [T, (nH + 2 nKV) hd]
   TensorView attn = act_.rows(kAttnOut, num_tokens);    // [T, nH hd]
   TensorView proj = act_.rows(kProj, num_tokens);       // [T, H]
-  backend_.rms_norm(normed, hidden, layer.input_norm, eps, NormWeight::kPlain);
   backend_.matmul(qkv, normed, layer.qkv_proj);
   TensorView q = head_columns(qkv, 0, nh, hd);             // [T, nH, hd]
   TensorView k = head_columns(qkv, nh * hd, nkv, hd);      // [T, nKV, hd]
   TensorView v = head_columns(qkv, (nh + nkv) * hd, nkv, hd);
-  backend_.rms_norm(q, q, layer.q_norm, eps, NormWeight::kPlain);  // per head, before RoPE
-  backend_.rms_norm(k, k, layer.k_norm, eps, NormWeight::kPlain);
-  backend_.rope(q, batch.positions, inv_freq_, rope_scaling_);
-  backend_.rope(k, batch.positions, inv_freq_, rope_scaling_);
-  backend_.write_kv(cache.k, cache.v, k, v, batch.slot_mapping);
+  // Per-head q/k norm before RoPE, then k and v into the paged cache: one fused op.
+  backend_.qk_norm_rope_write_kv(q, k, v, layer.q_norm, layer.k_norm, eps, NormWeight::kPlain, batch.positions,
+                                 inv_freq_, rope_scaling_, cache.k, cache.v, batch.slot_mapping);
   AttentionParams params;
   params.cu_seqlens_q = batch.cu_seqlens_q;
   params.seq_lens_k = batch.seq_lens_k;
@@ -150,20 +156,17 @@ void Qwen3Model::attention_block(const Qwen3Layer& layer, const KvCacheView& cac
   params.max_seqlen_k = batch.max_seqlen_k;
   backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, params);
   backend_.matmul(proj, attn, layer.o_proj);
-  backend_.add(hidden, hidden, proj);
 }
 
-void Qwen3Model::mlp_block(const Qwen3Layer& layer, TensorView hidden) {
-  const int64_t num_tokens = hidden.size(0);
+// Reads the normed rows (kNormed), writes the MLP's output (kProj).
+void Qwen3Model::mlp_block(const Qwen3Layer& layer, int64_t num_tokens) {
   TensorView normed = act_.rows(kNormed, num_tokens);
   TensorView gate_up = act_.rows(kGateUp, num_tokens);  // [T, 2 I]
   TensorView mlp_act = act_.rows(kMlpAct, num_tokens);  // [T, I]
   TensorView proj = act_.rows(kProj, num_tokens);
-  backend_.rms_norm(normed, hidden, layer.post_norm, static_cast<float>(config_.rms_norm_eps), NormWeight::kPlain);
   backend_.matmul(gate_up, normed, layer.gate_up_proj);
   backend_.silu_mul(mlp_act, gate_up);
   backend_.matmul(proj, mlp_act, layer.down_proj);
-  backend_.add(hidden, hidden, proj);
 }
 
 Status validate_qwen3_config(const ModelConfig& c) {

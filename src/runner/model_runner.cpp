@@ -2,21 +2,82 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 #include "cache/slot_mapping.h"
 #include "runner/sampler.h"
 
 namespace pagellm {
 
-// The host side of a StepBatch (layout in sched/step.h).
-struct ModelRunner::HostBatch {
-  Tensor token_ids, positions, cu_seqlens_q, seq_lens_k, block_tables, slot_mapping, logits_rows;
-  int32_t max_seqlen_q = 0, max_seqlen_k = 0;
+namespace {
+
+// Decode-only steps replay the graph of the smallest bucket that holds their batch; rows past the
+// batch are padding (one token that sees no key and writes no cache slot).
+constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256};
+
+int64_t graph_bucket(int64_t num_seqs) {
+  for (int64_t bucket : kGraphBuckets)
+    if (num_seqs <= bucket) return bucket;
+  return 0;  // larger batches run without a graph
+}
+
+// Block-table width of a graph: a power of two, so contexts that grow by a token per step keep
+// replaying the same graph for a long while.
+int64_t graph_table_width(int64_t max_blocks) {
+  int64_t width = 16;
+  while (width < max_blocks) width *= 2;
+  return width;
+}
+
+size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
+
+// The rows the device's argmax cannot sample: they need the full sampler on the host.
+bool samples_on_host(const SamplingParams& p) {
+  return !p.is_greedy() || p.needs_token_history() || p.num_logprobs.has_value();
+}
+
+bool graphs_allowed_by_env() {
+  const char* value = std::getenv("PAGELLM_CUDA_GRAPHS");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+}  // namespace
+
+// Byte offsets of one step's inputs in the staging buffers (the host and the device buffer hold the
+// same layout, so one copy moves them all; layout of each part in sched/step.h):
+//
+//   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [T] | cu_seqlens_q i32 [B + 1] |
+//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] |   (each part 16-byte aligned)
+//
+// The offsets depend only on (T, B, R, W): a graph captured for a decode bucket (T = B = R) finds
+// its inputs at the same device addresses on every replay.
+struct ModelRunner::StepLayout {
+  int64_t num_tokens, num_seqs, num_logits_rows, table_width;
+  size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, total_bytes;
+
+  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w) : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w) {
+    size_t at = 0;
+    auto take = [&](int64_t bytes) {
+      const size_t offset = at;
+      at = align16(at + static_cast<size_t>(bytes));
+      return offset;
+    };
+    token_ids = take(4 * t);
+    positions = take(4 * t);
+    slot_mapping = take(8 * t);
+    cu_seqlens_q = take(4 * (b + 1));
+    seq_lens_k = take(4 * b);
+    logits_rows = take(4 * r);
+    block_tables = take(4 * b * w);
+    total_bytes = at;
+  }
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size)
     : model_(model), backend_(backend), block_size_(block_size),
-      next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+      next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
+      graphs_enabled_(backend.device() != Device::kCpu && graphs_allowed_by_env()) {
   const MemorySpec spec = model.memory_spec();
   for (int64_t l = 0; l < spec.num_attention_layers; ++l) {
     Tensor k = backend.alloc({num_blocks, block_size, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype);
@@ -27,39 +88,95 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
   }
 }
 
-ModelRunner::HostBatch ModelRunner::pack(const StepPlan& plan) const {
-  const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
-  const int64_t num_tokens = plan.num_scheduled_tokens();
-  size_t max_blocks = 1;
-  for (const ScheduledRequest& row : plan.rows) max_blocks = std::max(max_blocks, row.block_table.size());
-  HostBatch host;
-  host.token_ids = Tensor::cpu({num_tokens}, DType::kI32);
-  host.positions = Tensor::cpu({num_tokens}, DType::kI32);
-  host.slot_mapping = Tensor::cpu({num_tokens}, DType::kI64);
-  host.cu_seqlens_q = Tensor::cpu({num_rows + 1}, DType::kI32);
-  host.seq_lens_k = Tensor::cpu({num_rows}, DType::kI32);
-  host.block_tables = Tensor::cpu({num_rows, static_cast<int64_t>(max_blocks)}, DType::kI32);
-  host.logits_rows = Tensor::cpu({plan.num_sampling_rows()}, DType::kI32);
-  int32_t* block_tables = host.block_tables.ptr<int32_t>();
-  std::fill(block_tables, block_tables + host.block_tables.numel(), kNoBlock);
+ModelRunner::~ModelRunner() {
+  graphs_.clear();  // before the buffers they point at
+}
+
+void ModelRunner::reserve(const StepLayout& layout) {
+  bool grew = false;
+  if (!staging_host_.defined() || staging_host_.numel() < static_cast<int64_t>(layout.total_bytes)) {
+    const int64_t bytes = std::max<int64_t>(static_cast<int64_t>(layout.total_bytes) * 2, int64_t{1} << 16);
+    staging_host_ = backend_.alloc_host({bytes}, DType::kU8);
+    staging_ = backend_.device() == Device::kCpu ? staging_host_ : backend_.alloc({bytes}, DType::kU8);
+    grew = true;
+  }
+  const int64_t rows = std::max<int64_t>(layout.num_logits_rows, 1);
+  if (!logits_.defined() || logits_.size(0) < rows) {
+    const int64_t capacity = std::max<int64_t>({rows, logits_.defined() ? 2 * logits_.size(0) : 0, 16});
+    logits_ = backend_.alloc({capacity, model_.config().vocab_size}, model_.activation_dtype());
+    sampled_ids_ = backend_.alloc({capacity}, DType::kI32);
+    sampled_ids_host_ = backend_.alloc_host({capacity}, DType::kI32);
+    grew = true;
+  }
+  if (grew) graphs_.clear();  // they point at the old buffers
+}
+
+void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
+  char* base = staging_host_.ptr<char>();
+  int32_t* token_ids = reinterpret_cast<int32_t*>(base + layout.token_ids);
+  int32_t* positions = reinterpret_cast<int32_t*>(base + layout.positions);
+  int64_t* slot_mapping = reinterpret_cast<int64_t*>(base + layout.slot_mapping);
+  int32_t* cu_seqlens_q = reinterpret_cast<int32_t*>(base + layout.cu_seqlens_q);
+  int32_t* seq_lens_k = reinterpret_cast<int32_t*>(base + layout.seq_lens_k);
+  int32_t* logits_rows = reinterpret_cast<int32_t*>(base + layout.logits_rows);
+  int32_t* block_tables = reinterpret_cast<int32_t*>(base + layout.block_tables);
+  const int64_t width = layout.table_width;
   int32_t token = 0, sampling_row = 0;
+  const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   for (int64_t b = 0; b < num_rows; ++b) {
     const ScheduledRequest& row = plan.rows[static_cast<size_t>(b)];
-    host.cu_seqlens_q.ptr<int32_t>()[b] = token;
-    host.seq_lens_k.ptr<int32_t>()[b] = row.context_len();
-    std::copy(row.block_table.begin(), row.block_table.end(), block_tables + b * static_cast<int64_t>(max_blocks));
+    cu_seqlens_q[b] = token;
+    seq_lens_k[b] = row.context_len();
+    int32_t* table = block_tables + b * width;
+    CHECK(static_cast<int64_t>(row.block_table.size()) <= width);
+    std::copy(row.block_table.begin(), row.block_table.end(), table);
+    std::fill(table + row.block_table.size(), table + width, kNoBlock);
     for (int i = 0; i < row.num_new_tokens(); ++i, ++token) {
       const int pos = row.start_pos + i;
-      host.token_ids.ptr<int32_t>()[token] = row.token_ids[static_cast<size_t>(i)];
-      host.positions.ptr<int32_t>()[token] = pos;
-      host.slot_mapping.ptr<int64_t>()[token] = slot_of_position(row.block_table, pos, block_size_);
+      token_ids[token] = row.token_ids[static_cast<size_t>(i)];
+      positions[token] = pos;
+      slot_mapping[token] = slot_of_position(row.block_table, pos, block_size_);
     }
-    if (row.is_sampling) host.logits_rows.ptr<int32_t>()[sampling_row++] = token - 1;
-    host.max_seqlen_q = std::max(host.max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
-    host.max_seqlen_k = std::max(host.max_seqlen_k, static_cast<int32_t>(row.context_len()));
+    if (row.is_sampling) logits_rows[sampling_row++] = token - 1;
   }
-  host.cu_seqlens_q.ptr<int32_t>()[num_rows] = token;
-  return host;
+  // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
+  for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
+    cu_seqlens_q[b] = token;
+    seq_lens_k[b] = 0;
+    std::fill(block_tables + b * width, block_tables + (b + 1) * width, kNoBlock);
+    token_ids[token] = 0;
+    positions[token] = 0;
+    slot_mapping[token] = -1;
+    logits_rows[sampling_row++] = token;
+  }
+  cu_seqlens_q[layout.num_seqs] = token;
+  CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows);
+}
+
+StepBatch ModelRunner::device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const {
+  char* base = static_cast<char*>(staging_.view().data);
+  const Device device = staging_.view().device;
+  auto view = [&](size_t offset, Shape shape, DType dtype) { return TensorView(base + offset, shape, dtype, device); };
+  StepBatch batch;
+  batch.num_tokens = layout.num_tokens;
+  batch.num_seqs = layout.num_seqs;
+  batch.max_seqlen_q = max_seqlen_q;
+  batch.max_seqlen_k = max_seqlen_k;
+  batch.token_ids = view(layout.token_ids, {layout.num_tokens}, DType::kI32);
+  batch.positions = view(layout.positions, {layout.num_tokens}, DType::kI32);
+  batch.slot_mapping = view(layout.slot_mapping, {layout.num_tokens}, DType::kI64);
+  batch.cu_seqlens_q = view(layout.cu_seqlens_q, {layout.num_seqs + 1}, DType::kI32);
+  batch.seq_lens_k = view(layout.seq_lens_k, {layout.num_seqs}, DType::kI32);
+  batch.logits_rows = view(layout.logits_rows, {layout.num_logits_rows}, DType::kI32);
+  batch.block_tables = view(layout.block_tables, {layout.num_seqs, layout.table_width}, DType::kI32);
+  return batch;
+}
+
+void ModelRunner::forward_and_argmax(const StepBatch& batch) {
+  const int64_t rows = batch.logits_rows.numel();
+  const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab]
+  model_.forward(batch, caches_, logits);
+  if (rows > 0) backend_.argmax(sampled_ids_.view().slice_rows(0, rows), logits);
 }
 
 uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
@@ -73,45 +190,66 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
   StepResult result;
   if (plan.empty()) return result;
-  HostBatch host = pack(plan);
-  std::vector<Tensor> device;  // host tensors on the CPU; copies elsewhere
-  auto to_device = [&](const Tensor& t) -> TensorView {
-    if (backend_.device() == Device::kCpu) return t.view();
-    device.push_back(backend_.alloc(t.shape(), t.dtype()));
-    backend_.copy(device.back().view(), t.view());
-    return device.back().view();
-  };
-  StepBatch batch;
-  batch.num_tokens = host.token_ids.numel();
-  batch.num_seqs = static_cast<int64_t>(plan.rows.size());
-  batch.max_seqlen_q = host.max_seqlen_q;
-  batch.max_seqlen_k = host.max_seqlen_k;
-  batch.token_ids = to_device(host.token_ids);
-  batch.positions = to_device(host.positions);
-  batch.cu_seqlens_q = to_device(host.cu_seqlens_q);
-  batch.seq_lens_k = to_device(host.seq_lens_k);
-  batch.block_tables = to_device(host.block_tables);
-  batch.slot_mapping = to_device(host.slot_mapping);
-  batch.logits_rows = to_device(host.logits_rows);
+  const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
+  const int64_t num_sampling = plan.num_sampling_rows();
+  int64_t max_blocks = 1;
+  int32_t max_seqlen_q = 0, max_seqlen_k = 0;
+  bool decode_only = true, any_host_sampling = false;
+  for (const ScheduledRequest& row : plan.rows) {
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(row.block_table.size()));
+    max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
+    max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
+    decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
+    any_host_sampling = any_host_sampling || (row.is_sampling && samples_on_host(*row.sampling));
+  }
+  const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
+  const StepLayout layout = bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks))
+                                       : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks);
+  reserve(layout);
+  pack(plan, layout);
+  const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
+  if (backend_.device() != Device::kCpu) backend_.copy(staging_.view().slice_rows(0, bytes), staging_host_.view().slice_rows(0, bytes));
 
-  const int64_t num_logits_rows = host.logits_rows.numel();
-  if (num_logits_rows == 0) {
-    // Only prefill chunks this step: no row samples, but the KV still has to be written.
-    Tensor no_logits = backend_.alloc({0, model_.config().vocab_size}, model_.activation_dtype());
-    model_.forward(batch, caches_, no_logits.view());
+  if (bucket > 0) {
+    // A graph's launch plan must not depend on this step's contexts: the attention is planned for
+    // the longest context the table width allows (max_seqlen_k), and reads the real ones on the device.
+    const StepBatch batch = device_batch(layout, 1, static_cast<int32_t>(layout.table_width * block_size_));
+    std::unique_ptr<OpGraph>& graph = graphs_[{bucket, layout.table_width}];
+    if (graph) {
+      graph->replay();
+    } else {
+      forward_and_argmax(batch);  // also sizes every scratch buffer the capture will name
+      graph = backend_.capture([&] { forward_and_argmax(batch); });
+    }
+  } else {
+    forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
+  }
+  if (num_sampling == 0) {
+    // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
+    backend_.synchronize();
     return result;
   }
+
+  // Only the sampled ids cross to the host, and the logits of rows the host must sample.
+  const TensorView ids_host = sampled_ids_host_.view().slice_rows(0, num_sampling);
+  backend_.copy(ids_host, sampled_ids_.view().slice_rows(0, num_sampling));
   const int64_t vocab = model_.config().vocab_size;
-  Tensor logits = backend_.alloc({num_logits_rows, vocab}, model_.activation_dtype());
-  model_.forward(batch, caches_, logits.view());
-  Tensor logits_host = Tensor::cpu({num_logits_rows, vocab}, logits.dtype());
-  backend_.copy(logits_host.view(), logits.view());
-  std::vector<float> row_f32(static_cast<size_t>(vocab));
-  const size_t row_bytes = static_cast<size_t>(vocab) * dtype_size_bytes(logits.dtype());
+  if (any_host_sampling) {
+    if (!logits_host_.defined() || logits_host_.size(0) < num_sampling)
+      logits_host_ = backend_.alloc_host({logits_.size(0), vocab}, logits_.dtype());
+    backend_.copy(logits_host_.view().slice_rows(0, num_sampling), logits_.view().slice_rows(0, num_sampling));
+  }
+  std::vector<float> row_f32(any_host_sampling ? static_cast<size_t>(vocab) : 0);
+  const size_t row_bytes = static_cast<size_t>(vocab) * dtype_size_bytes(logits_.dtype());
   int64_t r = 0;
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
-    convert_to_f32(logits_host.ptr<char>() + static_cast<size_t>(r) * row_bytes, logits.dtype(), row_f32.data(),
+    if (!samples_on_host(*row.sampling)) {
+      result.sampled.push_back({row.request_id, ids_host.ptr<int32_t>()[r], std::nullopt});
+      ++r;
+      continue;
+    }
+    convert_to_f32(logits_host_.ptr<char>() + static_cast<size_t>(r) * row_bytes, logits_.dtype(), row_f32.data(),
                    row_f32.size());
     SampleInputs inputs;
     inputs.logits = row_f32;

@@ -1,9 +1,17 @@
 // ModelRunner: StepPlan -> packed StepBatch -> one model forward -> sampled tokens (StepResult).
 // Owns the paged KV cache tensors of every attention layer; the scheduler owns which blocks are whose.
+//
+// Per step on a GPU: the inputs are packed into one page-locked host buffer and moved with one
+// host-to-device copy (StepLayout in model_runner.cpp); greedy rows are sampled on the device
+// (argmax), so only their ids cross back; decode-only steps replay a graph captured once per
+// (batch bucket, block-table width). Rows that need the full CPU sampler (temperature > 0,
+// penalties, logprobs) still copy their logits to the host.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "model/model.h"
@@ -15,6 +23,7 @@ class ModelRunner {
  public:
   // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per attention layer.
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size);
+  ~ModelRunner();
 
   StepResult execute(const StepPlan& plan);
 
@@ -24,9 +33,18 @@ class ModelRunner {
 
   const CacheViews& caches() const { return caches_; }
 
+  // Decode graphs are on by default where the backend has them; PAGELLM_CUDA_GRAPHS=0 turns them off.
+  void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+
  private:
-  struct HostBatch;
-  HostBatch pack(const StepPlan& plan) const;
+  struct StepLayout;
+  // Packs the plan into the host staging buffer with `layout` (rows past the plan are padding).
+  void pack(const StepPlan& plan, const StepLayout& layout);
+  // Grows the staging, logits and id buffers to fit `layout` (dropping graphs that point at them).
+  void reserve(const StepLayout& layout);
+  StepBatch device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const;
+  // forward + argmax of every logits row into sampled_ids_ (the part a graph records).
+  void forward_and_argmax(const StepBatch& batch);
 
   Model& model_;
   Backend& backend_;
@@ -35,6 +53,16 @@ class ModelRunner {
   CacheViews caches_;
   std::unordered_map<RequestId, uint64_t> drawn_seeds_;
   uint64_t next_seed_state_;
+
+  // Persistent step buffers (grow-only): staging_host_ and staging_ hold the same StepLayout.
+  Tensor staging_host_;  // [bytes] u8, page-locked on a GPU
+  Tensor staging_;       // [bytes] u8, on the backend's device (the host buffer itself on the CPU)
+  Tensor logits_;        // [rows, vocab], activation dtype
+  Tensor sampled_ids_;   // [rows] i32, on the device
+  Tensor sampled_ids_host_;  // [rows] i32
+  Tensor logits_host_;   // [rows, vocab], for rows the CPU samples
+  bool graphs_enabled_ = true;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<OpGraph>> graphs_;  // (batch bucket, table width)
 };
 
 }  // namespace pagellm

@@ -292,6 +292,111 @@ TEST(CudaOps, WriteKvMatchesCpu) {
   }
 }
 
+// The fused residual add + norm: bitwise the CUDA add followed by the CUDA rms_norm, and within the
+// norm's tolerance of the CPU twin (Backend's default body: add, then rms_norm).
+TEST(CudaOps, FusedAddRmsNormEqualsAddThenNorm) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  Rng rng(11);
+  for (DType dtype : kFloatTypes) {
+    for (int64_t d : {128, 1000, 1024}) {
+      for (int64_t rows : {1, 37}) {
+        SCOPED_TRACE(fmt::format("{} d{} rows {}", dtype_name(dtype), d, rows));
+        const Tensor hidden = random_tensor({rows, d}, dtype, rng, -3, 3), delta = random_tensor({rows, d}, dtype, rng, -3, 3);
+        const Tensor w = random_tensor({d}, dtype, rng, -1.5f, 1.5f);
+        Tensor want_hidden = Tensor::cpu({rows, d}, dtype), want_normed = Tensor::cpu({rows, d}, dtype);
+        std::memcpy(want_hidden.view().data, hidden.view().data, hidden.nbytes());
+        cpu.add_rms_norm(want_hidden.view(), want_normed.view(), delta.view(), converted(w, DType::kF32).view(), 1e-6f,
+                         NormWeight::kPlain);
+        const Tensor w_dev = to_device(*gpu, w.view()), delta_dev = to_device(*gpu, delta.view());
+        Tensor fused_hidden = to_device(*gpu, hidden.view()), fused_normed = poisoned(*gpu, {rows, d}, dtype);
+        gpu->add_rms_norm(fused_hidden.view(), fused_normed.view(), delta_dev.view(), w_dev.view(), 1e-6f, NormWeight::kPlain);
+        Tensor plain_hidden = to_device(*gpu, hidden.view()), plain_normed = poisoned(*gpu, {rows, d}, dtype);
+        gpu->add(plain_hidden.view(), plain_hidden.view(), delta_dev.view());
+        gpu->rms_norm(plain_normed.view(), plain_hidden.view(), w_dev.view(), 1e-6f, NormWeight::kPlain);
+        const Tensor got_hidden = to_host(*gpu, fused_hidden.view()), got_normed = to_host(*gpu, fused_normed.view());
+        EXPECT_EQ(compare_tensors(to_host(*gpu, plain_hidden.view()), got_hidden, 0, 0), "") << "hidden vs unfused";
+        EXPECT_EQ(compare_tensors(to_host(*gpu, plain_normed.view()), got_normed, 0, 0), "") << "normed vs unfused";
+        EXPECT_EQ(compare_tensors(want_hidden, got_hidden, 0, 0), "") << "hidden vs cpu";
+        EXPECT_EQ(compare_tensors(want_normed, got_normed, ulps(dtype, 2).rel, 1e-5), "") << "normed vs cpu";
+      }
+    }
+  }
+}
+
+// The fused attention prologue (q/k norm + RoPE + write_kv) on a fused qkv buffer: bitwise the
+// unfused CUDA ops, and within the rope tolerance of the CPU twin (Backend's default body).
+TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  Rng rng(12);
+  for (DType dtype : kFloatTypes) {
+    for (int64_t hd : {64, 128}) {
+      for (bool partial : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} hd{} partial {}", dtype_name(dtype), hd, partial));
+        const int64_t t = 29, q_heads = 4, kv_heads = 2, width = (q_heads + 2 * kv_heads) * hd;
+        const int64_t num_blocks = 8, block_size = 16, half = partial ? hd / 4 : hd / 2;
+        const float scaling = partial ? 0.75f : 1.0f;
+        Tensor inv_freq = Tensor::cpu({half}, DType::kF32);
+        for (int64_t i = 0; i < half; ++i)
+          inv_freq.ptr<float>()[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * static_cast<double>(i) / (2 * half)));
+        Tensor positions = Tensor::cpu({t}, DType::kI32);
+        Tensor slots = Tensor::cpu({t}, DType::kI64);
+        for (int64_t i = 0; i < t; ++i) {
+          positions.ptr<int32_t>()[i] = static_cast<int32_t>(rng.below(40000));
+          slots.ptr<int64_t>()[i] = i % 5 == 2 ? -1 : (i * 37) % (num_blocks * block_size);  // distinct for t < 128
+        }
+        const Tensor qkv = random_tensor({t, width}, dtype, rng, -3, 3);
+        const Tensor q_norm = random_tensor({hd}, dtype, rng, -1.5f, 1.5f), k_norm = random_tensor({hd}, dtype, rng, -1.5f, 1.5f);
+        const Tensor cache_init = random_tensor({num_blocks, block_size, kv_heads, hd}, dtype, rng);
+        auto heads = [&](const Tensor& buffer, int64_t first_head, int64_t n) {
+          TensorView v = buffer.view();
+          v.data = static_cast<char*>(v.data) + first_head * hd * dtype_size_bytes(dtype);
+          v.shape = Shape{t, n, hd};
+          v.strides = {width, hd, 1, 0};
+          return v;
+        };
+        auto run = [&](Backend& be, const Tensor& buffer, Tensor& k_cache, Tensor& v_cache, const Tensor& qn,
+                       const Tensor& kn, const Tensor& pos, const Tensor& freq, const Tensor& slot, bool fused) {
+          TensorView q = heads(buffer, 0, q_heads), k = heads(buffer, q_heads, kv_heads),
+                     v = heads(buffer, q_heads + kv_heads, kv_heads);
+          if (fused) {
+            be.qk_norm_rope_write_kv(q, k, v, qn.view(), kn.view(), 1e-6f, NormWeight::kPlain, pos.view(), freq.view(),
+                                     scaling, k_cache.view(), v_cache.view(), slot.view());
+          } else {
+            be.Backend::qk_norm_rope_write_kv(q, k, v, qn.view(), kn.view(), 1e-6f, NormWeight::kPlain, pos.view(),
+                                              freq.view(), scaling, k_cache.view(), v_cache.view(), slot.view());
+          }
+        };
+        // CPU twin.
+        Tensor want = Tensor::cpu({t, width}, dtype);
+        std::memcpy(want.view().data, qkv.view().data, qkv.nbytes());
+        Tensor k_want = Tensor::cpu(cache_init.shape(), dtype), v_want = Tensor::cpu(cache_init.shape(), dtype);
+        std::memcpy(k_want.view().data, cache_init.view().data, cache_init.nbytes());
+        std::memcpy(v_want.view().data, cache_init.view().data, cache_init.nbytes());
+        run(cpu, want, k_want, v_want, converted(q_norm, DType::kF32), converted(k_norm, DType::kF32), positions, inv_freq,
+            slots, false);
+        // CUDA fused and unfused.
+        const Tensor qn_dev = to_device(*gpu, q_norm.view()), kn_dev = to_device(*gpu, k_norm.view());
+        const Tensor pos_dev = to_device(*gpu, positions.view()), freq_dev = to_device(*gpu, inv_freq.view()),
+                     slot_dev = to_device(*gpu, slots.view());
+        Tensor fused = to_device(*gpu, qkv.view()), k_fused = to_device(*gpu, cache_init.view()),
+               v_fused = to_device(*gpu, cache_init.view());
+        run(*gpu, fused, k_fused, v_fused, qn_dev, kn_dev, pos_dev, freq_dev, slot_dev, true);
+        Tensor plain = to_device(*gpu, qkv.view()), k_plain = to_device(*gpu, cache_init.view()),
+               v_plain = to_device(*gpu, cache_init.view());
+        run(*gpu, plain, k_plain, v_plain, qn_dev, kn_dev, pos_dev, freq_dev, slot_dev, false);
+        const Tensor got = to_host(*gpu, fused.view()), got_k = to_host(*gpu, k_fused.view());
+        EXPECT_EQ(compare_tensors(to_host(*gpu, plain.view()), got, 0, 0), "") << "qkv vs unfused";
+        EXPECT_EQ(compare_tensors(to_host(*gpu, k_plain.view()), got_k, 0, 0), "") << "k cache vs unfused";
+        EXPECT_EQ(compare_tensors(to_host(*gpu, v_plain.view()), to_host(*gpu, v_fused.view()), 0, 0), "") << "v cache";
+        EXPECT_EQ(compare_tensors(want, got, ulps(dtype, 2).rel, dtype == DType::kF32 ? 1e-5 : 0.03), "") << "qkv vs cpu";
+        EXPECT_EQ(compare_tensors(k_want, got_k, ulps(dtype, 2).rel, dtype == DType::kF32 ? 1e-5 : 0.03), "") << "k vs cpu";
+      }
+    }
+  }
+}
+
 TEST(CudaOps, ArgmaxAndLogSoftmaxMatchCpu) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <limits>
 
 #include "backend/cuda/cublaslt_matmul.h"
@@ -111,6 +113,8 @@ class CudaBackend final : public Backend {
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  Tensor alloc_host(Shape shape, DType dtype) override;
+  std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
@@ -124,6 +128,12 @@ class CudaBackend final : public Backend {
                  const AttentionParams& params) override;
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
+  void add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w, float eps,
+                    NormWeight mode) override;
+  void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
+                             const TensorView& k_norm, float eps, NormWeight mode, const TensorView& positions,
+                             const TensorView& inv_freq, float attention_scaling, TensorView k_cache,
+                             TensorView v_cache, const TensorView& slot_mapping) override;
 
  private:
   cudaStream_t stream() const { return stream_.get(); }
@@ -135,7 +145,46 @@ class CudaBackend final : public Backend {
   int num_sms_;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
+  // Scratch outgrown by a later call stays allocated: a captured graph may still point at it.
+  std::vector<Tensor> retired_;
 };
+
+// A captured stream of work, replayed on the stream it was captured from.
+class CudaGraph final : public OpGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, std::shared_ptr<CUstream_st> stream) : exec_(exec), stream_(std::move(stream)) {}
+  ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
+  void replay() override { CUDA_CHECK(cudaGraphLaunch(exec_, stream_.get())); }
+
+ private:
+  cudaGraphExec_t exec_;
+  std::shared_ptr<CUstream_st> stream_;
+};
+
+Tensor CudaBackend::alloc_host(Shape shape, DType dtype) {
+  TensorView view(nullptr, shape, dtype, Device::kCpu);
+  const size_t bytes = view.nbytes();
+  if (bytes == 0) return Tensor(view, nullptr);
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault));
+  std::memset(ptr, 0, bytes);
+  view.data = ptr;
+  return Tensor(view, std::shared_ptr<void>(ptr, [](void* p) { (void)cudaFreeHost(p); }));
+}
+
+std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& record) {
+  // Thread-local mode: only this thread's CUDA calls are checked against the capture, so a stray
+  // synchronising call inside `record` fails loudly instead of another thread's work.
+  CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  record();
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  CUDA_CHECK(status);
+  return std::make_unique<CudaGraph>(exec, stream_);
+}
 
 Tensor CudaBackend::alloc(Shape shape, DType dtype) {
   TensorView view(nullptr, shape, dtype, Device::kCuda);
@@ -360,8 +409,10 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   float* partials = nullptr;
   if (num_splits > 1) {
     const int64_t floats = row_heads * num_splits * (head_dim + 2);
-    if (!attention_partials_.defined() || attention_partials_.numel() < floats)
+    if (!attention_partials_.defined() || attention_partials_.numel() < floats) {
+      if (attention_partials_.defined()) retired_.push_back(std::move(attention_partials_));
       attention_partials_ = alloc({std::max<int64_t>(floats, int64_t{1} << 20)}, DType::kF32);
+    }
     partials = attention_partials_.ptr<float>();
   }
   CUDA_CHECK(cuda::launch_attention(q.dtype, a, num_splits, partials, stream()));
@@ -380,6 +431,70 @@ void CudaBackend::log_softmax(TensorView out, const TensorView& logits) {
   check_dtype(out, DType::kF32, "log_softmax", "out");
   CHECK_MSG(is_float(logits.dtype), "[cuda] log_softmax: logits dtype {}", dtype_name(logits.dtype));
   CUDA_CHECK(cuda::launch_log_softmax(logits.dtype, dst, in, stream()));
+}
+
+void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w,
+                               float eps, NormWeight mode) {
+  const cuda::Rows h = rows_of(hidden, "add_rms_norm", "hidden"), n = rows_of(normed, "add_rms_norm", "normed"),
+                   d = rows_of(delta, "add_rms_norm", "delta");
+  check_same_rows(h, n, "add_rms_norm");
+  check_same_rows(h, d, "add_rms_norm");
+  check_dtype(normed, hidden.dtype, "add_rms_norm", "normed");
+  check_dtype(delta, hidden.dtype, "add_rms_norm", "delta");
+  check_dtype(w, hidden.dtype, "add_rms_norm", "w");
+  CHECK_MSG(w.device == Device::kCuda && w.numel() == h.row_size && w.is_contiguous(),
+            "[cuda] add_rms_norm: w{} does not match rows of {}", w.shape.to_string(), h.row_size);
+  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+}
+
+void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
+                                        const TensorView& k_norm, float eps, NormWeight mode,
+                                        const TensorView& positions, const TensorView& inv_freq,
+                                        float attention_scaling, TensorView k_cache, TensorView v_cache,
+                                        const TensorView& slot_mapping) {
+  const char* op = "qk_norm_rope_write_kv";
+  CHECK_MSG(q.ndim() == 3 && k.ndim() == 3 && k.shape == v.shape && q.size(0) == k.size(0) && q.size(2) == k.size(2),
+            "[cuda] {}: q {} k {} v {} must be [T, heads, head_dim]", op, q.shape.to_string(), k.shape.to_string(),
+            v.shape.to_string());
+  cuda::QkPrologueArgs a;
+  a.q = rows_of(q, op, "q");
+  a.k = rows_of(k, op, "k");
+  a.v = rows_of(v, op, "v");
+  a.num_tokens = q.size(0);
+  a.num_q_heads = q.size(1);
+  a.num_kv_heads = k.size(1);
+  a.head_dim = q.size(2);
+  CHECK_MSG(a.head_dim <= cuda::kMaxPrologueHeadDim, "[cuda] {}: head_dim {} > {}", op, a.head_dim,
+            cuda::kMaxPrologueHeadDim);
+  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v, &q_norm, &k_norm, &k_cache, &v_cache})
+    check_dtype(*t, q.dtype, op, "operand");
+  CHECK_MSG(q_norm.device == Device::kCuda && k_norm.device == Device::kCuda && q_norm.numel() == a.head_dim &&
+                k_norm.numel() == a.head_dim && q_norm.is_contiguous() && k_norm.is_contiguous(),
+            "[cuda] {}: q_norm{} k_norm{} for head_dim {}", op, q_norm.shape.to_string(), k_norm.shape.to_string(),
+            a.head_dim);
+  a.q_norm = q_norm.data;
+  a.k_norm = k_norm.data;
+  a.eps = eps;
+  a.one_plus = mode == NormWeight::kOnePlus;
+  a.half = inv_freq.numel();
+  CHECK_MSG(2 * a.half <= a.head_dim, "[cuda] {}: inv_freq{} for head_dim {}", op, inv_freq.shape.to_string(), a.head_dim);
+  check_index_vector(positions, DType::kI32, a.num_tokens, op, "positions");
+  check_index_vector(inv_freq, DType::kF32, a.half, op, "inv_freq");
+  a.positions = positions.ptr<int32_t>();
+  a.inv_freq = inv_freq.ptr<float>();
+  a.attention_scaling = attention_scaling;
+  a.cache = cache_layout(k_cache, op, "k_cache");
+  const cuda::CacheLayout v_layout = cache_layout(v_cache, op, "v_cache");
+  CHECK_MSG(k_cache.shape == v_cache.shape && a.cache.stride_block == v_layout.stride_block &&
+                a.cache.stride_slot == v_layout.stride_slot && a.cache.stride_head == v_layout.stride_head &&
+                a.cache.num_kv_heads == a.num_kv_heads && a.cache.head_dim == a.head_dim,
+            "[cuda] {}: caches {} {} for k {}", op, k_cache.shape.to_string(), v_cache.shape.to_string(),
+            k.shape.to_string());
+  check_index_vector(slot_mapping, DType::kI64, a.num_tokens, op, "slot_mapping");
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.slot_mapping = slot_mapping.ptr<int64_t>();
+  CUDA_CHECK(cuda::launch_qk_norm_rope_write_kv(q.dtype, a, stream()));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Row-wise and elementwise kernels: rms_norm, add, rope, silu_mul, embedding, argmax, log_softmax.
+// Row-wise and elementwise kernels: rms_norm, add, rope, silu_mul, embedding, argmax, log_softmax,
+// and the fused add_rms_norm and qk_norm_rope_write_kv.
 // Each computes in f32 and rounds once when storing, at the same points as the CPU twin
 // (backend/cpu/cpu_backend.cpp). Products whose rounding the CPU performs separately use __fmul_rn /
 // __fadd_rn so nvcc cannot contract them into an FMA.
@@ -42,6 +43,91 @@ __global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float
       y = __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
     }
     dst[i] = from_f32<T>(y);
+  }
+}
+
+// hidden += delta, then the same per-row norm as rms_norm_kernel (same loop order, bitwise equal
+// to add followed by rms_norm).
+template <typename T>
+__global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const T* __restrict__ w, float eps,
+                                    bool one_plus) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= hidden.num_rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t d = hidden.row_size;
+  T* h = row_ptr<T>(hidden, row);
+  const T* add = row_ptr<const T>(delta, row);
+  T* dst = row_ptr<T>(normed, row);
+  float sum_sq = 0.0f;
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = round_to<T>(__fadd_rn(to_f32(h[i]), to_f32(add[i])));
+    h[i] = from_f32<T>(v);
+    sum_sq += v * v;
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = to_f32(h[i]);  // this lane's own store above
+    const float weight = to_f32(w[i]);
+    const float y = one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
+                             : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    dst[i] = from_f32<T>(y);
+  }
+}
+
+// One warp per (token, head) row of q or k: rms_norm (as rms_norm_kernel), RoPE (as rope_kernel)
+// through a per-warp row in shared memory, store in place; k rows and their v rows then go to the
+// caches (as write_kv_kernel). Every intermediate is rounded where the unfused ops store it.
+template <typename T>
+__global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
+  __shared__ float normed[kWarpsPerBlock][kMaxPrologueHeadDim];
+  const int64_t heads = a.num_q_heads + a.num_kv_heads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= a.num_tokens * heads) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = row / heads, h = row % heads;
+  const bool is_q = h < a.num_q_heads;
+  const int64_t kv_head = h - a.num_q_heads;
+  T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
+  const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  const int64_t d = a.head_dim;
+  float* s = normed[warp];
+  float sum_sq = 0.0f;
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = to_f32(x[i]);
+    sum_sq += v * v;
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
+  for (int64_t i = lane; i < d; i += 32) {
+    const float v = to_f32(x[i]);
+    const float weight = to_f32(w[i]);
+    const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
+                               : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    s[i] = round_to<T>(y);
+  }
+  __syncwarp();
+  const float pos = static_cast<float>(a.positions[t]);
+  for (int64_t j = lane; j < a.half; j += 32) {  // lane-private pairs (j, j + half)
+    const float angle = __fmul_rn(pos, a.inv_freq[j]);
+    const float c = round_to<T>(__fmul_rn(cosf(angle), a.attention_scaling));
+    const float sn = round_to<T>(__fmul_rn(sinf(angle), a.attention_scaling));
+    const float lo = s[j], hi = s[j + a.half];
+    s[j] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(lo, c)), round_to<T>(__fmul_rn(-hi, sn))));
+    s[j + a.half] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(hi, c)), round_to<T>(__fmul_rn(lo, sn))));
+  }
+  __syncwarp();
+  for (int64_t i = lane; i < d; i += 32) x[i] = from_f32<T>(s[i]);
+  if (is_q) return;
+  const int64_t slot = a.slot_mapping[t];
+  if (slot < 0) return;
+  if (slot >= a.cache.num_blocks * a.cache.block_size) __trap();  // as write_kv
+  const int64_t dst = (slot / a.cache.block_size) * a.cache.stride_block +
+                      (slot % a.cache.block_size) * a.cache.stride_slot + kv_head * a.cache.stride_head;
+  const T* v_row = row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
+  for (int64_t i = lane; i < d; i += 32) {
+    static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
+    static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
   }
 }
 
@@ -197,6 +283,27 @@ cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float 
     using T = decltype(t);
     rms_norm_kernel<T><<<blocks_for(x.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
         out, x, static_cast<const T*>(w), eps, one_plus);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
+                                bool one_plus, cudaStream_t stream) {
+  if (hidden.num_rows == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    using T = decltype(t);
+    add_rms_norm_kernel<T><<<blocks_for(hidden.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
+        hidden, normed, delta, static_cast<const T*>(w), eps, one_plus);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args, cudaStream_t stream) {
+  const int64_t rows = args.num_tokens * (args.num_q_heads + args.num_kv_heads);
+  if (rows == 0) return cudaSuccess;
+  if (args.head_dim > kMaxPrologueHeadDim || 2 * args.half > args.head_dim) return cudaErrorInvalidValue;
+  return dispatch_float(dtype, [&](auto t) {
+    qk_norm_rope_write_kv_kernel<decltype(t)><<<blocks_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(args);
     return cudaGetLastError();
   });
 }

@@ -41,6 +41,10 @@ cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t st
 // out row t = table row ids[t]; a row of `table` has out.row_size elements. Traps on ids outside
 // [0, num_table_rows) (a broken invariant: ids are validated before they reach the device).
 cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* ids, cudaStream_t stream);
+// hidden = hidden + delta (rounded), then normed = rms_norm(hidden) * w: the residual add of one
+// block fused with the norm that opens the next. One warp per row, like launch_rms_norm.
+cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
+                                bool one_plus, cudaStream_t stream);
 // ids[r] = first index of the maximum of logits row r
 cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, cudaStream_t stream);
 // out (f32) row r = log_softmax(logits row r)
@@ -57,6 +61,27 @@ struct CacheLayout {
 // k, v: [T, num_kv_heads, head_dim] rows views; slot_mapping [T] i64 (-1 = skip).
 cudaError_t launch_write_kv(DType dtype, void* k_cache, void* v_cache, CacheLayout cache, Rows k, Rows v,
                             const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream);
+
+// The fused attention prologue (backend.h qk_norm_rope_write_kv): one warp per (token, head) row of
+// q ([T * num_q_heads] rows) and k ([T * num_kv_heads] rows), head_dim <= kMaxPrologueHeadDim.
+inline constexpr int64_t kMaxPrologueHeadDim = 256;
+struct QkPrologueArgs {
+  Rows q, k, v;
+  int64_t num_tokens = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const void* q_norm = nullptr;  // [head_dim]
+  const void* k_norm = nullptr;
+  float eps = 0.0f;
+  bool one_plus = false;
+  const int32_t* positions = nullptr;  // [T]
+  const float* inv_freq = nullptr;     // [half]
+  int64_t half = 0;
+  float attention_scaling = 1.0f;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  CacheLayout cache;
+  const int64_t* slot_mapping = nullptr;  // [T], -1 = skip
+};
+cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args, cudaStream_t stream);
 
 struct AttentionArgs {
   const void* q = nullptr;  // [T, num_heads, head_dim]
