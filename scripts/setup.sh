@@ -45,3 +45,12 @@ if [ ! -f node_modules/@lenml/tokenizers/package.json ] ||
   echo "setup: installing @lenml/tokenizers@3.7.2 into node_modules/"
   npm install --no-save --no-package-lock --silent @lenml/tokenizers@3.7.2 >/dev/null
 fi
+
+# The official OpenAI JavaScript client, pinned in tests/e2e/js/package.json: the e2e tests run it
+# against `pagellm serve` (tests/e2e/test_openai_js.cpp). Installed into tests/e2e/js/node_modules/
+# (git-ignored).
+if [ ! -f tests/e2e/js/node_modules/openai/package.json ] ||
+   ! grep -q '"version": "4.104.0"' tests/e2e/js/node_modules/openai/package.json; then
+  echo "setup: installing openai@4.104.0 into tests/e2e/js/node_modules/"
+  (cd tests/e2e/js && npm install --no-save --no-package-lock --no-audit --no-fund --silent >/dev/null)
+fi

@@ -45,6 +45,20 @@ class OpGraph {
   virtual void replay() = 0;
 };
 
+// Which form of the gated delta rule runs (both give the same result up to f32 rounding).
+// kAuto: recurrent for one-token sequences (decode), chunked (C = 64) for longer ones (prefill).
+enum class GdnAlgo { kAuto, kRecurrent, kChunked };
+
+// The varlen batch of the Gated DeltaNet ops (spec/models.md B.6-B.10). Sequence s owns token rows
+// [cu_seqlens_q[s], cu_seqlens_q[s+1]) and reads and then writes its state in slot state_slots[s] of
+// the state tensors; a sequence's first step must find its slot zeroed (the runner does that).
+struct GdnParams {
+  TensorView cu_seqlens_q;  // [num_seqs + 1], i32, on the op's device
+  TensorView state_slots;   // [num_seqs], i32
+  int32_t max_seqlen_q = 0;  // host-side planning hint (0 = unknown)
+  GdnAlgo algo = GdnAlgo::kAuto;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -125,6 +139,44 @@ class Backend {
     rope(q, positions, inv_freq, attention_scaling);
     rope(k, positions, inv_freq, attention_scaling);
     write_kv(k_cache, v_cache, k, v, slot_mapping);
+  }
+
+  // ---- Hybrid models (Qwen3.5 / Qwen3-Next). Backends without them CHECK-fail when called.
+  // Causal depthwise conv1d + SiLU with a rolling state per sequence:
+  //   x [T, C] (rows may be strided), weight [C, K] (weight dtype), conv_state [num_slots, C, K-1]
+  //   (activation dtype: a sequence's last K-1 inputs before this step), out [T, C].
+  //   out[t, c] = silu(sum_j weight[c, j] * u[c, t-(K-1)+j]) over u = [state | x]; the sum is rounded
+  //   to out's dtype before the SiLU (as torch's conv1d then silu). The state then keeps the last K-1 of u.
+  virtual void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
+                          const GdnParams& params) {
+    CHECK_MSG(false, "[{}] gdn_conv1d is not implemented on this backend", name());
+  }
+  // The gated delta rule in f32 with its gates (spec/models.md B.7-B.10):
+  //   q, k [T, Hk, dk] and v [T, Hv, dv] (the conv output, rows may be strided); a, b [T, Hv] (raw
+  //   projections); A_log, dt_bias [Hv] f32; state [num_slots, Hv, dk, dv] f32; out [T, Hv, dv].
+  //   q, k are L2-normalised (eps 1e-6 inside the sqrt), q scaled by dk^-0.5; beta = sigmoid(b) (rounded
+  //   to b's dtype); g = -exp(A_log) * softplus(a + dt_bias); value head h reads key head h / (Hv / Hk);
+  //   each output row is read from the state after that token's update.
+  virtual void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& a, const TensorView& b, const TensorView& A_log,
+                              const TensorView& dt_bias, TensorView state, const GdnParams& params) {
+    CHECK_MSG(false, "[{}] gdn_delta_rule is not implemented on this backend", name());
+  }
+  // Per row of x [rows, D]: out = cast(cast(w * cast(x * rsqrt(mean(x^2) + eps))) * silu(z)), plain
+  // weight w [D], norm before gate (the GDN output norm); z has x's rows (may be strided).
+  virtual void gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
+                              float eps) {
+    CHECK_MSG(false, "[{}] gated_rms_norm is not implemented on this backend", name());
+  }
+  // out = x * cast(sigmoid(gate)), elementwise; gate rows have x's width, or width 1 (one gate per row).
+  virtual void sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) {
+    CHECK_MSG(false, "[{}] sigmoid_mul is not implemented on this backend", name());
+  }
+  // out[row_ids[i]] = cast(out[row_ids[i]] + cast(weights[i] * x[i])) for i < N, in order: the MoE
+  // combine. x [N, H], row_ids [N] i32, weights [N] f32, out [rows, H].
+  virtual void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
+                               const TensorView& weights) {
+    CHECK_MSG(false, "[{}] add_rows_scaled is not implemented on this backend", name());
   }
 
   // ids[R] (i32) = argmax over logits[R, V].

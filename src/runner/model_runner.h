@@ -15,14 +15,16 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runner/state_slot_binder.h"
 #include "sched/step.h"
 
 namespace pagellm {
 
 class ModelRunner {
  public:
-  // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per attention layer.
-  ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size);
+  // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per attention layer, and for a
+  // hybrid model the GDN state of num_state_slots running requests (state_slot_binder.h).
+  ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1);
   ~ModelRunner();
 
   StepResult execute(const StepPlan& plan);
@@ -32,6 +34,11 @@ class ModelRunner {
   uint64_t seed_for(const ScheduledRequest& row);
 
   const CacheViews& caches() const { return caches_; }
+  // Hybrid models: frees a finished request's state slot at once; slots in use (0 when idle).
+  void release_state(RequestId id) {
+    if (state_slots_) state_slots_->release(id);
+  }
+  int num_state_slots_in_use() const { return state_slots_ ? state_slots_->num_in_use() : 0; }
 
   // Decode graphs are on by default where the backend has them; PAGELLM_CUDA_GRAPHS=0 turns them off.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
@@ -51,6 +58,7 @@ class ModelRunner {
   int block_size_;
   std::vector<Tensor> cache_tensors_;
   CacheViews caches_;
+  std::unique_ptr<StateSlotBinder> state_slots_;  // hybrid models only
   std::unordered_map<RequestId, uint64_t> drawn_seeds_;
   uint64_t next_seed_state_;
 
