@@ -6,6 +6,7 @@
 
 #include "cache/kv_cache_budget.h"
 #include "core/logging.h"
+#include "engine/state_memory.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_strings.h"
 
@@ -75,6 +76,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
       budget = static_cast<int64_t>(static_cast<double>(free_bytes) * config.gpu_memory_utilization);
     }
   }
+  PAGELLM_ASSIGN_OR_RETURN(budget, reserve_state_memory(spec, config, budget));  // hybrid models
   const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
   if (num_blocks < 1)
     return invalid_argument("[engine] the KV cache budget of {} bytes holds no block of {} bytes", budget,
@@ -105,7 +107,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
-  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size);
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
   metrics_.update([&](EngineMetrics& m) {
     m.kv_blocks_total = num_blocks;
     m.block_size = config.block_size;
@@ -293,6 +295,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
     }
     if (finish) {
       out.finish_reason = finish;
+      runner_->release_state(update.request_id);  // before the caller can see the finish
       live.channel->push(std::move(out));
       end_request(update.request_id, *finish, Status::ok());
     } else {
@@ -302,6 +305,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
 }
 
 void Engine::end_request(RequestId id, FinishReason reason, Status error) {
+  runner_->release_state(id);  // hybrid models: at once, not at the next plan (there may be none)
   auto it = live_.find(id);
   if (it == live_.end()) return;
   std::shared_ptr<Live> live = it->second;
@@ -328,6 +332,8 @@ std::vector<float> Engine::step_times_s() const { return metrics_.step_times_s()
 
 void Engine::clear_step_times() { metrics_.clear_step_times(); }
 
-bool Engine::is_idle_and_leak_free() const { return scheduler_->is_leak_free(); }
+bool Engine::is_idle_and_leak_free() const {
+  return scheduler_->is_leak_free() && runner_->num_state_slots_in_use() == 0;
+}
 
 }  // namespace pagellm

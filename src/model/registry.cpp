@@ -8,6 +8,7 @@
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "model/qwen3.h"
+#include "model/qwen35.h"
 
 namespace pagellm {
 
@@ -18,6 +19,9 @@ using Factory = std::function<Expected<std::unique_ptr<Model>>(const ModelConfig
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = {
       {"Qwen3ForCausalLM", make_qwen3},
+      {"Qwen3_5ForCausalLM", make_qwen35},
+      {"Qwen3_5ForConditionalGeneration", make_qwen35},  // the text model; vision tower ignored
+      {"Qwen3NextForCausalLM", make_qwen35},
   };
   return table;
 }

@@ -26,6 +26,7 @@ struct StepBatch {
   TensorView block_tables;  // [B, max_blocks_per_seq], i32
   TensorView slot_mapping;  // [T], i64
   TensorView logits_rows;   // [R], i32
+  TensorView state_slots;   // [B], i32: GDN state slot of each sequence (hybrid models; else empty)
 };
 
 // The KV cache of one attention layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim],
@@ -35,8 +36,15 @@ struct KvCacheView {
   TensorView v;
 };
 
+// The recurrent state of one Gated DeltaNet layer, one slot per running sequence (cache/state_cache.h).
+struct GdnStateView {
+  TensorView conv;       // [num_slots, conv_dim, conv_kernel - 1], activation dtype: last conv inputs
+  TensorView recurrent;  // [num_slots, Hv, dk, dv], f32: the delta-rule state S
+};
+
 struct CacheViews {
   std::vector<KvCacheView> attention_layers;  // indexed by attention-layer ordinal, not layer index
+  std::vector<GdnStateView> gdn_layers;       // indexed by GDN-layer ordinal (hybrid models)
 };
 
 // What the engine must allocate for the model.
@@ -45,10 +53,30 @@ struct MemorySpec {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   DType kv_dtype = DType::kF32;
+  // Hybrid models: per GDN layer and state slot, a conv state [conv_dim, conv_kernel - 1] in
+  // state_dtype and a recurrent state [Hv, dk, dv] in f32.
+  int64_t num_gdn_layers = 0;
+  int64_t gdn_conv_dim = 0;
+  int64_t gdn_conv_kernel = 0;
+  int64_t gdn_num_value_heads = 0;
+  int64_t gdn_key_head_dim = 0;
+  int64_t gdn_value_head_dim = 0;
+  DType state_dtype = DType::kF32;
   // Bytes one block of `block_size` tokens costs across all attention layers (K and V).
   int64_t kv_bytes_per_block(int64_t block_size) const {
     return 2 * num_attention_layers * block_size * num_kv_heads * head_dim *
            static_cast<int64_t>(dtype_size_bytes(kv_dtype));
+  }
+  bool is_hybrid() const { return num_gdn_layers > 0; }
+  int64_t conv_state_bytes_per_layer() const {
+    return gdn_conv_dim * (gdn_conv_kernel - 1) * static_cast<int64_t>(dtype_size_bytes(state_dtype));
+  }
+  int64_t recurrent_state_bytes_per_layer() const {
+    return gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim * static_cast<int64_t>(sizeof(float));
+  }
+  // Bytes one state slot (one running sequence) costs across all GDN layers.
+  int64_t state_bytes_per_slot() const {
+    return num_gdn_layers * (conv_state_bytes_per_layer() + recurrent_state_bytes_per_layer());
   }
 };
 

@@ -74,7 +74,7 @@ struct ModelRunner::StepLayout {
   }
 };
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size)
+ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && graphs_allowed_by_env()) {
@@ -85,6 +85,10 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
     caches_.attention_layers.push_back({k.view(), v.view()});
     cache_tensors_.push_back(std::move(k));
     cache_tensors_.push_back(std::move(v));
+  }
+  if (spec.is_hybrid()) {
+    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots);
+    caches_.gdn_layers = state_slots_->cache().views();
   }
 }
 
@@ -169,6 +173,7 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, int32_t max_seqlen
   batch.seq_lens_k = view(layout.seq_lens_k, {layout.num_seqs}, DType::kI32);
   batch.logits_rows = view(layout.logits_rows, {layout.num_logits_rows}, DType::kI32);
   batch.block_tables = view(layout.block_tables, {layout.num_seqs, layout.table_width}, DType::kI32);
+  if (state_slots_) batch.state_slots = state_slots_->device_slots(layout.num_seqs);
   return batch;
 }
 
@@ -188,6 +193,7 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
 
 StepResult ModelRunner::execute(const StepPlan& plan) {
   for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
+  if (state_slots_) state_slots_->bind(plan);
   StepResult result;
   if (plan.empty()) return result;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
@@ -207,6 +213,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
                                        : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks);
   reserve(layout);
   pack(plan, layout);
+  if (state_slots_) state_slots_->upload(layout.num_seqs);
   const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
   if (backend_.device() != Device::kCpu) backend_.copy(staging_.view().slice_rows(0, bytes), staging_host_.view().slice_rows(0, bytes));
 

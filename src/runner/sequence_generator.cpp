@@ -1,6 +1,9 @@
 #include "runner/sequence_generator.h"
 
 #include <algorithm>
+#include <memory>
+
+#include "cache/state_cache.h"
 
 namespace pagellm {
 
@@ -9,6 +12,7 @@ namespace {
 // Host tensors of one step for a single sequence whose tokens [start, start + n) are computed.
 struct SingleSequenceStep {
   Tensor token_ids, positions, cu_seqlens_q, seq_lens_k, block_tables, slot_mapping, logits_rows;
+  Tensor state_slots;  // [1] i32: slot 0 of a one-slot state cache (hybrid models)
 
   SingleSequenceStep(const std::vector<int32_t>& tokens, int64_t start) {
     const int64_t n = static_cast<int64_t>(tokens.size());
@@ -27,6 +31,7 @@ struct SingleSequenceStep {
     block_tables = Tensor::cpu({1, 1}, DType::kI32);
     logits_rows = Tensor::cpu({1}, DType::kI32);
     logits_rows.ptr<int32_t>()[0] = static_cast<int32_t>(n - 1);
+    state_slots = Tensor::cpu({1}, DType::kI32);
   }
 };
 
@@ -35,7 +40,7 @@ class DeviceStep {
  public:
   DeviceStep(Backend& backend, const SingleSequenceStep& host, int64_t start) {
     const Tensor* sources[] = {&host.token_ids, &host.positions, &host.cu_seqlens_q, &host.seq_lens_k,
-                               &host.block_tables, &host.slot_mapping, &host.logits_rows};
+                               &host.block_tables, &host.slot_mapping, &host.logits_rows, &host.state_slots};
     for (const Tensor* src : sources) {
       if (backend.device() == Device::kCpu) {
         tensors_.push_back(*src);
@@ -55,6 +60,7 @@ class DeviceStep {
     batch.block_tables = tensors_[4];
     batch.slot_mapping = tensors_[5];
     batch.logits_rows = tensors_[6];
+    batch.state_slots = tensors_[7];
   }
   StepBatch batch;
 
@@ -89,6 +95,13 @@ Expected<SequenceOutput> generate_sequence(Model& model, Backend& backend, const
     cache_tensors.push_back(backend.alloc({1, capacity, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype));
     cache_tensors.push_back(backend.alloc({1, capacity, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype));
     caches.attention_layers.push_back({cache_tensors[cache_tensors.size() - 2], cache_tensors.back()});
+  }
+  // Hybrid models: the GDN state of this one sequence, in slot 0, zeroed.
+  std::unique_ptr<StateCache> state;
+  if (spec.is_hybrid()) {
+    state = std::make_unique<StateCache>(spec, backend, 1);
+    CHECK(state->acquire(0) == 0);
+    caches.gdn_layers = state->views();
   }
   const int64_t vocab = config.vocab_size;
   Tensor logits = backend.alloc({1, vocab}, model.activation_dtype());

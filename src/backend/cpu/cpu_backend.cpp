@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/gdn.h"
 #include "backend/cpu/rows.h"
 #include "core/thread_pool.h"
 
@@ -225,6 +226,57 @@ void CpuBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorVi
 void CpuBackend::attention(TensorView out, const TensorView& q, const TensorView& k_cache,
                            const TensorView& v_cache, const AttentionParams& params) {
   cpu::attention(out, q, k_cache, v_cache, params);
+}
+
+void CpuBackend::gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
+                            const GdnParams& params) {
+  cpu::gdn_conv1d(out, x, weight, conv_state, params);
+}
+
+void CpuBackend::gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& a, const TensorView& b, const TensorView& A_log,
+                                const TensorView& dt_bias, TensorView state, const GdnParams& params) {
+  cpu::gdn_delta_rule(out, q, k, v, a, b, A_log, dt_bias, state, params);
+}
+
+void CpuBackend::gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
+                                float eps) {
+  cpu::gated_rms_norm(out, x, z, w, eps);
+}
+
+void CpuBackend::sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) {
+  const RowLayout in(x), g(gate), dst(out);
+  const bool per_row = g.row_size == 1;
+  CHECK_MSG(g.num_rows == in.num_rows && (per_row || g.row_size == in.row_size) && dst.num_rows == in.num_rows &&
+                dst.row_size == in.row_size,
+            "sigmoid_mul x{} gate{} out{}", x.shape.to_string(), gate.shape.to_string(), out.shape.to_string());
+  parallel_rows(in.num_rows, in.row_size, [&](int64_t r, float* row, float* gate_row) {
+    load_row_f32(x, in, r, row);
+    load_row_f32(gate, g, r, gate_row);
+    // transformers rounds sigmoid(gate) to the activation dtype before the product.
+    for (int64_t i = 0; i < in.row_size; ++i)
+      row[i] *= round_to_dtype(1.0f / (1.0f + std::exp(-gate_row[per_row ? 0 : i])), gate.dtype);
+    store_row_f32(out, dst, r, row);
+  });
+}
+
+void CpuBackend::add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
+                                 const TensorView& weights) {
+  const RowLayout in(x), dst(out);
+  CHECK_MSG(row_ids.dtype == DType::kI32 && weights.dtype == DType::kF32 && row_ids.numel() == in.num_rows &&
+                weights.numel() == in.num_rows && dst.row_size == in.row_size,
+            "add_rows_scaled x{} row_ids{} weights{} out{}", x.shape.to_string(), row_ids.shape.to_string(),
+            weights.shape.to_string(), out.shape.to_string());
+  std::vector<float> src(static_cast<size_t>(in.row_size)), acc(static_cast<size_t>(in.row_size));
+  for (int64_t i = 0; i < in.num_rows; ++i) {  // in order: a row may be named twice
+    const int32_t r = row_ids.ptr<int32_t>()[i];
+    CHECK_MSG(r >= 0 && r < dst.num_rows, "add_rows_scaled row {} outside [0, {})", r, dst.num_rows);
+    load_row_f32(x, in, i, src.data());
+    load_row_f32(out, dst, r, acc.data());
+    const float w = weights.ptr<float>()[i];
+    for (int64_t j = 0; j < in.row_size; ++j) acc[j] += round_to_dtype(w * src[j], out.dtype);
+    store_row_f32(out, dst, r, acc.data());
+  }
 }
 
 void CpuBackend::argmax(TensorView ids, const TensorView& logits) {

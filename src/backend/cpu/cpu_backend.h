@@ -29,6 +29,16 @@ class CpuBackend final : public Backend {
                 const TensorView& slot_mapping) override;
   void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
                  const TensorView& v_cache, const AttentionParams& params) override;
+  void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
+                  const GdnParams& params) override;
+  void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& a, const TensorView& b, const TensorView& A_log, const TensorView& dt_bias,
+                      TensorView state, const GdnParams& params) override;
+  void gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
+                      float eps) override;
+  void sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) override;
+  void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
+                       const TensorView& weights) override;
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
 };

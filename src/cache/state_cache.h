@@ -1,0 +1,60 @@
+// StateCache: the per-request recurrent state of hybrid (Gated DeltaNet) models, one slot per
+// running request, beside the paged KV cache of the full-attention layers.
+//
+//   per GDN layer l:  conv[l]      [num_slots + 1, conv_dim, K - 1]  activation dtype
+//                     recurrent[l] [num_slots + 1, Hv, dk, dv]       f32
+//
+//   slot 0 .. num_slots-1   one per running request: taken (and zeroed) at admission and after a
+//                           preemption, given back at finish, abort and preemption
+//   slot num_slots          scratch: padding rows of a batch write their garbage here
+//
+// Unlike KV blocks a slot does not grow with the sequence, so the scheduler needs no new rule:
+// num_slots = max_num_seqs bounds the running requests already.
+//
+// Bytes, exactly: (num_slots + 1) * num_gdn_layers * (conv_dim (K-1) dtype_bytes + Hv dk dv 4).
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cache/ids.h"
+#include "model/step_batch.h"
+
+namespace pagellm {
+
+// Bytes the state of `num_slots` requests (plus the scratch slot) takes.
+int64_t state_cache_bytes(const MemorySpec& spec, int num_slots);
+
+class StateCache {
+ public:
+  // Allocates every GDN layer's state for num_slots requests (+ the scratch slot), zeroed.
+  StateCache(const MemorySpec& spec, Backend& backend, int num_slots);
+
+  // A zeroed slot for `id` (which must hold none); CHECK-fails when every slot is taken.
+  int32_t acquire(RequestId id);
+  // The slot `id` holds, or -1.
+  int32_t slot_of(RequestId id) const;
+  // Gives back the slot of `id`; a no-op when it holds none (finish and abort may both report it).
+  void release(RequestId id);
+
+  int32_t scratch_slot() const { return num_slots_; }
+  int num_slots() const { return num_slots_; }
+  int num_in_use() const { return static_cast<int>(slot_of_request_.size()); }
+  int64_t bytes() const { return state_cache_bytes(spec_, num_slots_); }
+  const std::vector<GdnStateView>& views() const { return views_; }
+
+ private:
+  void zero(int32_t slot);
+
+  MemorySpec spec_;
+  Backend& backend_;
+  int num_slots_;
+  std::vector<Tensor> tensors_;       // conv and recurrent of each layer
+  std::vector<GdnStateView> views_;   // [num_gdn_layers]
+  std::vector<int32_t> free_slots_;   // a stack; the lowest slot is taken first
+  std::unordered_map<RequestId, int32_t> slot_of_request_;
+  Tensor zero_conv_, zero_recurrent_;  // one slot of zeros on the host, the source of zero()
+};
+
+}  // namespace pagellm

@@ -1,0 +1,23 @@
+// Hybrid (Gated DeltaNet) models need a recurrent state per running request beside the paged KV
+// cache of their full-attention layers. Both come out of one memory budget:
+//
+//   budget = KV blocks (full-attention layers only) + (max_num_seqs + 1 scratch) state slots
+//
+// At most half the budget goes to state: when max_num_seqs slots would take more, max_num_seqs is
+// lowered (with a warning) rather than leaving too few KV blocks for one long request. Prefix
+// caching is turned off for these models (a cached prefix would need the state at its end).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "engine/engine_config.h"
+#include "model/step_batch.h"
+
+namespace pagellm {
+
+// Returns the bytes left for KV blocks; adjusts config.max_num_seqs and enable_prefix_caching for
+// hybrid models (a no-op returning `budget` for others).
+Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& config, int64_t budget);
+
+}  // namespace pagellm

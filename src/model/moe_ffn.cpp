@@ -1,0 +1,167 @@
+#include "model/moe_ffn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "model/gdn_mixer.h"
+
+namespace pagellm {
+
+namespace {
+
+// Activation buffers of the block, by index.
+enum Buffer : size_t { kRouter, kSharedGate, kSharedGateUp, kSharedAct, kGathered, kExpertGateUp, kExpertAct, kExpertOut };
+
+// The experts each token picked and their weights (spec B.13), from router logits [T, E] in f32.
+struct Routing {
+  std::vector<std::vector<int32_t>> rows;  // [E][tokens routed to e]
+  std::vector<std::vector<float>> weights; // [E][same], rounded to the activation dtype
+};
+
+Routing route(const std::vector<float>& logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
+              bool renormalise, DType activation_dtype) {
+  Routing routing;
+  routing.rows.resize(static_cast<size_t>(num_experts));
+  routing.weights.resize(static_cast<size_t>(num_experts));
+  std::vector<float> p(static_cast<size_t>(num_experts));
+  std::vector<int32_t> order(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* row = logits.data() + t * num_experts;
+    const float max_logit = *std::max_element(row, row + num_experts);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < num_experts; ++e) sum += p[static_cast<size_t>(e)] = std::exp(row[e] - max_logit);
+    for (float& value : p) value /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    // Highest probability first; ties to the lower expert index.
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return p[static_cast<size_t>(x)] > p[static_cast<size_t>(y)]; });
+    float top_sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) top_sum += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      const float weight = renormalise ? p[static_cast<size_t>(e)] / top_sum : p[static_cast<size_t>(e)];
+      routing.rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
+      routing.weights[static_cast<size_t>(e)].push_back(round_to_dtype(weight, activation_dtype));
+    }
+  }
+  return routing;
+}
+
+Expected<SwiGluWeights> load_swiglu(WeightLoader& loader, const std::string& p, int64_t hidden, int64_t width) {
+  SwiGluWeights w;
+  PAGELLM_ASSIGN_OR_RETURN(w.gate_up, loader.load_rows({p + "gate_proj.weight", p + "up_proj.weight"},
+                                                       {{width, hidden}, {width, hidden}}));
+  PAGELLM_ASSIGN_OR_RETURN(w.down, loader.load(p + "down_proj.weight", {hidden, width}));
+  return w;
+}
+
+// transformers >= 5 may store the experts fused: gate_up_proj [E, 2 I, H] (gate rows first), down_proj [E, H, I].
+Status load_fused_experts(WeightLoader& loader, Backend& backend, DType weight_dtype, const std::string& p,
+                          int64_t num_experts, int64_t hidden, int64_t width, MoeWeights& out) {
+  PAGELLM_ASSIGN_OR_RETURN(std::vector<float> gate_up,
+                           loader.load_host_f32(p + "experts.gate_up_proj", {num_experts, 2 * width, hidden}));
+  PAGELLM_ASSIGN_OR_RETURN(std::vector<float> down, loader.load_host_f32(p + "experts.down_proj", {num_experts, hidden, width}));
+  const auto per_gate_up = static_cast<size_t>(2 * width * hidden), per_down = static_cast<size_t>(hidden * width);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const auto ue = static_cast<size_t>(e);
+    SwiGluWeights w;
+    w.gate_up = upload_matrix(backend, {gate_up.begin() + ue * per_gate_up, gate_up.begin() + (ue + 1) * per_gate_up},
+                              Shape{2 * width, hidden}, weight_dtype);
+    w.down = upload_matrix(backend, {down.begin() + ue * per_down, down.begin() + (ue + 1) * per_down},
+                           Shape{hidden, width}, weight_dtype);
+    out.experts.push_back(std::move(w));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DType weight_dtype,
+                                      const ModelConfig& c, const std::string& p) {
+  const int64_t h = c.hidden_size, e_count = c.num_experts, width = c.moe_intermediate_size;
+  MoeWeights w;
+  PAGELLM_ASSIGN_OR_RETURN(w.router, loader.load(p + "gate.weight", {e_count, h}));
+  if (loader.has(p + "experts.gate_up_proj")) {
+    PAGELLM_RETURN_IF_ERROR(load_fused_experts(loader, backend, weight_dtype, p, e_count, h, width, w));
+  } else {
+    for (int64_t e = 0; e < e_count; ++e) {
+      PAGELLM_ASSIGN_OR_RETURN(SwiGluWeights expert, load_swiglu(loader, fmt::format("{}experts.{}.", p, e), h, width));
+      w.experts.push_back(std::move(expert));
+    }
+  }
+  PAGELLM_ASSIGN_OR_RETURN(w.shared, load_swiglu(loader, p + "shared_expert.", h, c.shared_expert_intermediate_size));
+  PAGELLM_ASSIGN_OR_RETURN(w.shared_gate, loader.load(p + "shared_expert_gate.weight", {1, h}));
+  return w;
+}
+
+MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend)
+    : config_(config), backend_(backend), act_(backend, config.dtype) {
+  const int64_t h = config.hidden_size;
+  act_.define(kRouter, config.num_experts);
+  act_.define(kSharedGate, 1);
+  act_.define(kSharedGateUp, 2 * config.shared_expert_intermediate_size);
+  act_.define(kSharedAct, config.shared_expert_intermediate_size);
+  act_.define(kGathered, h);
+  act_.define(kExpertGateUp, 2 * config.moe_intermediate_size);
+  act_.define(kExpertAct, config.moe_intermediate_size);
+  act_.define(kExpertOut, h);
+}
+
+TensorView MoeFfn::upload(const Tensor& host) {
+  if (backend_.device() == Device::kCpu) {
+    step_inputs_.push_back(host);
+  } else {
+    step_inputs_.push_back(backend_.alloc(host.shape(), host.dtype()));
+    backend_.copy(step_inputs_.back().view(), host.view());
+  }
+  return step_inputs_.back().view();
+}
+
+void MoeFfn::swiglu(const SwiGluWeights& w, const TensorView& x, TensorView y, size_t gate_up_buffer,
+                    size_t act_buffer) {
+  const int64_t rows = x.size(0);
+  TensorView gate_up = act_.rows(gate_up_buffer, rows);  // [rows, 2 I]
+  TensorView act = act_.rows(act_buffer, rows);          // [rows, I]
+  backend_.matmul(gate_up, x, w.gate_up);
+  backend_.silu_mul(act, gate_up);
+  backend_.matmul(y, act, w.down);
+}
+
+void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) {
+  const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
+  backend_.synchronize();  // the previous layer's routing tensors may still be read on a device
+  step_inputs_.clear();
+  // The shared expert writes `out` first; the routed experts add into it.
+  TensorView shared_gate = act_.rows(kSharedGate, num_tokens);  // [T, 1]
+  swiglu(w.shared, normed, out, kSharedGateUp, kSharedAct);
+  backend_.matmul(shared_gate, normed, w.shared_gate);
+  backend_.sigmoid_mul(out, out, shared_gate);
+
+  TensorView router = act_.rows(kRouter, num_tokens);  // [T, E]
+  backend_.matmul(router, normed, w.router);
+  Tensor router_host = Tensor::cpu(router.shape, router.dtype);
+  backend_.copy(router_host.view(), router);
+  std::vector<float> logits(static_cast<size_t>(router_host.numel()));
+  convert_to_f32(router_host.ptr<void>(), router_host.dtype(), logits.data(), logits.size());
+  const Routing routing = route(logits, num_tokens, num_experts, config_.num_experts_per_tok,
+                                config_.norm_topk_prob, config_.dtype);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const std::vector<int32_t>& rows = routing.rows[static_cast<size_t>(e)];
+    if (rows.empty()) continue;
+    const auto n = static_cast<int64_t>(rows.size());
+    Tensor ids_host = Tensor::cpu({n}, DType::kI32), weights_host = Tensor::cpu({n}, DType::kF32);
+    std::copy(rows.begin(), rows.end(), ids_host.ptr<int32_t>());
+    const std::vector<float>& weights = routing.weights[static_cast<size_t>(e)];
+    std::copy(weights.begin(), weights.end(), weights_host.ptr<float>());
+    const TensorView ids = upload(ids_host), row_weights = upload(weights_host);
+    TensorView gathered = act_.rows(kGathered, n);  // [n, H]
+    TensorView expert_out = act_.rows(kExpertOut, n);
+    backend_.embedding(gathered, normed, ids);      // a row gather
+    swiglu(w.experts[static_cast<size_t>(e)], gathered, expert_out, kExpertGateUp, kExpertAct);
+    backend_.add_rows_scaled(out, expert_out, ids, row_weights);
+  }
+}
+
+}  // namespace pagellm

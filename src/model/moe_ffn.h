@@ -1,0 +1,55 @@
+// MoeFfn: the sparse MoE block with a shared expert of Qwen3-Next / Qwen3.5-MoE (spec/models.md B.13).
+//
+//   p       = softmax_f32(x W_router^T)           top-k experts per token, weights renormalised
+//   routed  = sum_j w_j · down_e(silu(gate_e x) ⊙ up_e x)
+//   out     = sigmoid(x · w_sg) ⊙ SwiGLU_shared(x) + routed
+//
+// Routing is planned on the host (the router logits come back once per layer): per expert, the
+// rows that chose it are gathered, run through that expert's SwiGLU, and added back scaled.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/activations.h"
+#include "model/weights.h"
+
+namespace pagellm {
+
+struct SwiGluWeights {
+  Tensor gate_up;  // [2 I, H]  rows: gate | up
+  Tensor down;     // [H, I]
+};
+
+struct MoeWeights {
+  Tensor router;                       // [E, H]
+  std::vector<SwiGluWeights> experts;  // [E], width moe_intermediate_size
+  SwiGluWeights shared;                // width shared_expert_intermediate_size
+  Tensor shared_gate;                  // [1, H]
+};
+
+// Loads `prefix` + "gate.weight", "experts.{e}.*", "shared_expert.*", "shared_expert_gate.weight"
+// (per-expert names, as save_pretrained writes them, or the fused experts.gate_up_proj / down_proj).
+Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DType weight_dtype,
+                                      const ModelConfig& config, const std::string& prefix);
+
+class MoeFfn {
+ public:
+  MoeFfn(const ModelConfig& config, Backend& backend);
+  // out[T, H] = MoE(normed[T, H]).
+  void forward(const MoeWeights& weights, const TensorView& normed, TensorView out);
+
+ private:
+  // One SwiGLU expert over `rows` rows of `x` into y.
+  void swiglu(const SwiGluWeights& weights, const TensorView& x, TensorView y, size_t gate_up_buffer,
+              size_t act_buffer);
+  TensorView upload(const Tensor& host);
+
+  ModelConfig config_;
+  Backend& backend_;
+  Activations act_;
+  std::vector<Tensor> step_inputs_;  // routing tensors of the current forward, kept alive until the next
+};
+
+}  // namespace pagellm
