@@ -26,6 +26,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // keys per warp step: one per lane
+constexpr int kUnroll = 8;  // keys whose loads are in flight together (see the chunk loops)
+static_assert(kChunk % kUnroll == 0);
 constexpr int64_t kKeysPerWarp = kAttentionPartition / kWarps;
 static_assert(kKeysPerWarp % kChunk == 0);
 
@@ -187,16 +189,40 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
         k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot + kv_head * a.k_layout.stride_head;
         v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot + kv_head * a.v_layout.stride_head;
       }
+      // q.k of the chunk's keys, kUnroll keys at a time: their loads are issued together (memory
+      // latency paid once per group, not per key) and their warp reductions interleave. Each key's
+      // dot and reduction are the same operations in the same order as one key at a time.
       float score = -INFINITY;  // of this lane's key
-      for (int j = 0; j < kChunk; ++j) {
-        if (!((valid_mask >> j) & 1u)) continue;
-        float k[V];
-        load_lane<T, V>(k_cache + __shfl_sync(kFullMask, k_off, j), lane, head_dim, vector_ok, k);
-        float dot = 0.0f;
+#pragma unroll 1
+      for (int j0 = 0; j0 < kChunk; j0 += kUnroll) {
+        const unsigned group = (valid_mask >> j0) & ((1u << kUnroll) - 1u);
+        if (group == 0) continue;
+        float k[kUnroll][V], dot[kUnroll];
 #pragma unroll
-        for (int i = 0; i < V; ++i) dot += q[i] * k[i];
-        dot = warp_sum(dot);
-        if (lane == j) score = dot;
+        for (int u = 0; u < kUnroll; ++u) {
+          const long long off = __shfl_sync(kFullMask, k_off, j0 + u);
+          if ((group >> u) & 1u) {
+            load_lane<T, V>(k_cache + off, lane, head_dim, vector_ok, k[u]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) k[u][i] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          float d = 0.0f;
+#pragma unroll
+          for (int i = 0; i < V; ++i) d += q[i] * k[u][i];
+          dot[u] = d;
+        }
+#pragma unroll
+        for (int step = 16; step > 0; step >>= 1) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) dot[u] += __shfl_xor_sync(kFullMask, dot[u], step);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (lane == j0 + u && ((group >> u) & 1u)) score = dot[u];
       }
       if (valid) {
         score *= a.scale;
@@ -208,13 +234,29 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
       l = l * correction + warp_sum(p);
 #pragma unroll
       for (int i = 0; i < V; ++i) acc[i] *= correction;
-      for (int j = 0; j < kChunk; ++j) {
-        if (!((valid_mask >> j) & 1u)) continue;
-        const float p_j = __shfl_sync(kFullMask, p, j);
-        float v[V];
-        load_lane<T, V>(v_cache + __shfl_sync(kFullMask, v_off, j), lane, head_dim, vector_ok, v);
+      // acc += p_j * v_j over the chunk's keys in key order, kUnroll loads in flight at a time.
+#pragma unroll 1
+      for (int j0 = 0; j0 < kChunk; j0 += kUnroll) {
+        const unsigned group = (valid_mask >> j0) & ((1u << kUnroll) - 1u);
+        if (group == 0) continue;
+        float v[kUnroll][V], p_j[kUnroll];
 #pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] += p_j * v[i];
+        for (int u = 0; u < kUnroll; ++u) {
+          p_j[u] = __shfl_sync(kFullMask, p, j0 + u);
+          const long long off = __shfl_sync(kFullMask, v_off, j0 + u);
+          if ((group >> u) & 1u) {
+            load_lane<T, V>(v_cache + off, lane, head_dim, vector_ok, v[u]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[u][i] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (!((group >> u) & 1u)) continue;
+#pragma unroll
+          for (int i = 0; i < V; ++i) acc[i] += p_j[u] * v[u][i];
+        }
       }
       m = m_new;
     }

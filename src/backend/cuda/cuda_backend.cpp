@@ -145,6 +145,7 @@ class CudaBackend final : public Backend {
   int num_sms_;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
+  Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
   // Scratch outgrown by a later call stays allocated: a captured graph may still point at it.
   std::vector<Tensor> retired_;
 };
@@ -422,7 +423,17 @@ void CudaBackend::argmax(TensorView ids, const TensorView& logits) {
   const cuda::Rows rows = rows_of(logits, "argmax", "logits");
   check_index_vector(ids, DType::kI32, rows.num_rows, "argmax", "ids");
   CHECK_MSG(is_float(logits.dtype), "[cuda] argmax: logits dtype {}", dtype_name(logits.dtype));
-  CUDA_CHECK(cuda::launch_argmax(logits.dtype, ids.ptr<int32_t>(), rows, stream()));
+  const int64_t entries = rows.num_rows * cuda::kArgmaxScratchPerRow;
+  if (!argmax_scratch_.defined() || argmax_scratch_.numel() < entries) {
+    if (argmax_scratch_.defined()) {
+      retired_.push_back(std::move(argmax_scratch_));
+      retired_.push_back(std::move(argmax_values_));
+    }
+    argmax_scratch_ = alloc({std::max<int64_t>(entries, 256 * cuda::kArgmaxScratchPerRow)}, DType::kI64);
+    argmax_values_ = alloc({argmax_scratch_.numel()}, DType::kF32);
+  }
+  CUDA_CHECK(cuda::launch_argmax(logits.dtype, ids.ptr<int32_t>(), rows, argmax_values_.ptr<float>(),
+                                 argmax_scratch_.ptr<int64_t>(), stream()));
 }
 
 void CudaBackend::log_softmax(TensorView out, const TensorView& logits) {

@@ -242,17 +242,6 @@ __device__ float block_reduce(float v) {
 }
 
 template <typename T>
-__global__ void argmax_kernel(int32_t* ids, Rows logits) {
-  const int64_t row = blockIdx.x;
-  const T* src = row_ptr<const T>(logits, row);
-  // Start below every finite value and -inf, at the last index, so any real element wins.
-  MaxIndex best{-INFINITY, logits.row_size};
-  for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) best = better(best, MaxIndex{to_f32(src[i]), i});
-  best = block_argmax(best);
-  if (threadIdx.x == 0) ids[row] = static_cast<int32_t>(best.index < logits.row_size ? best.index : 0);
-}
-
-template <typename T>
 __global__ void log_softmax_kernel(Rows out, Rows logits) {
   const int64_t row = blockIdx.x;
   const T* src = row_ptr<const T>(logits, row);
@@ -265,6 +254,82 @@ __global__ void log_softmax_kernel(Rows out, Rows logits) {
   sum = block_reduce<false>(sum);
   const float log_sum = logf(sum) + max_value;
   for (int64_t i = threadIdx.x; i < logits.row_size; i += blockDim.x) dst[i] = to_f32(src[i]) - log_sum;
+}
+
+// ----- long rows: one block per row ---------------------------------------------------------
+// rms_norm / add_rms_norm of rows of at least kBlockRowMin elements (the hidden size): a warp per
+// row would load its 32+ elements per lane one after another (latency-bound, ~20 us a row); a block
+// loads the row into shared memory with every load in flight at once, then reduces.
+constexpr int64_t kBlockRowMin = 512;
+constexpr int64_t kBlockRowMax = 12 * 1024;  // f32 row in 48 KB of shared memory
+
+bool use_block_rows(int64_t row_size) { return row_size >= kBlockRowMin && row_size <= kBlockRowMax; }
+
+// kAdd: x += delta first (rounded, stored back into x), as add_rms_norm_kernel.
+template <typename T, bool kAdd>
+__global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, Rows delta, const T* __restrict__ w,
+                                                              float eps, bool one_plus) {
+  extern __shared__ float row_f32[];
+  const int64_t row = blockIdx.x;
+  const int64_t d = x.row_size;
+  T* src = row_ptr<T>(x, row);
+  if constexpr (kAdd) {
+    const T* add = row_ptr<const T>(delta, row);
+    for (int64_t i = threadIdx.x; i < d; i += kThreads) row_f32[i] = round_to<T>(__fadd_rn(to_f32(src[i]), to_f32(add[i])));
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += kThreads) row_f32[i] = to_f32(src[i]);
+  }
+  float sum_sq = 0.0f;  // each thread reads back only the elements it stored
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) sum_sq += row_f32[i] * row_f32[i];
+  sum_sq = block_reduce<false>(sum_sq);  // also orders every load above before the stores below
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  T* dst = row_ptr<T>(out, row);
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) {
+    const float v = row_f32[i];
+    if constexpr (kAdd) src[i] = from_f32<T>(v);
+    const float weight = to_f32(w[i]);
+    const float y = one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
+                             : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    dst[i] = from_f32<T>(y);
+  }
+}
+
+// ----- argmax in two passes: kArgmaxSplits blocks per row, then one warp per row ------------------
+// One block per 151,936-wide row leaves the GPU nearly idle at batch 1 (~240 us); splitting the row
+// over many blocks makes it a few microseconds. The (max, first index) pair is order-independent.
+constexpr int kArgmaxSplits = static_cast<int>(kArgmaxScratchPerRow);
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) argmax_partial_kernel(float* part_value, int64_t* part_index, Rows logits) {
+  const int64_t row = blockIdx.x, split = blockIdx.y;
+  const int64_t chunk = (logits.row_size + kArgmaxSplits - 1) / kArgmaxSplits;
+  const int64_t begin = split * chunk;
+  const int64_t end = begin + chunk < logits.row_size ? begin + chunk : logits.row_size;
+  const T* src = row_ptr<const T>(logits, row);
+  MaxIndex best{-INFINITY, logits.row_size};
+#pragma unroll 4
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) best = better(best, MaxIndex{to_f32(src[i]), i});
+  best = block_argmax(best);
+  if (threadIdx.x == 0) {
+    part_value[row * kArgmaxSplits + split] = best.value;
+    part_index[row * kArgmaxSplits + split] = best.index;
+  }
+}
+
+__global__ void argmax_final_kernel(int32_t* ids, const float* part_value, const int64_t* part_index, int64_t num_rows,
+                                    int64_t row_size) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= num_rows) return;
+  const int lane = threadIdx.x % 32;
+  MaxIndex best{-INFINITY, row_size};
+  for (int s = lane; s < kArgmaxSplits; s += 32)
+    best = better(best, MaxIndex{part_value[row * kArgmaxSplits + s], part_index[row * kArgmaxSplits + s]});
+  for (int k = 16; k > 0; k >>= 1) {
+    const MaxIndex other{__shfl_xor_sync(kFullMask, best.value, k),
+                         static_cast<int64_t>(__shfl_xor_sync(kFullMask, static_cast<long long>(best.index), k))};
+    best = better(best, other);
+  }
+  if (lane == 0) ids[row] = static_cast<int32_t>(best.index < row_size ? best.index : 0);
 }
 
 // Grid for grid-stride loops: enough blocks to fill the GPU, not more than the work needs.
@@ -281,6 +346,11 @@ cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float 
   if (x.num_rows == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
+    if (use_block_rows(x.row_size)) {
+      block_norm_kernel<T, false><<<static_cast<unsigned>(x.num_rows), kThreads, x.row_size * sizeof(float), stream>>>(
+          out, x, Rows{}, static_cast<const T*>(w), eps, one_plus);
+      return cudaGetLastError();
+    }
     rms_norm_kernel<T><<<blocks_for(x.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
         out, x, static_cast<const T*>(w), eps, one_plus);
     return cudaGetLastError();
@@ -292,6 +362,11 @@ cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delt
   if (hidden.num_rows == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
+    if (use_block_rows(hidden.row_size)) {  // the same rule as launch_rms_norm: equal results
+      block_norm_kernel<T, true><<<static_cast<unsigned>(hidden.num_rows), kThreads, hidden.row_size * sizeof(float),
+                                   stream>>>(normed, hidden, delta, static_cast<const T*>(w), eps, one_plus);
+      return cudaGetLastError();
+    }
     add_rms_norm_kernel<T><<<blocks_for(hidden.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
         hidden, normed, delta, static_cast<const T*>(w), eps, one_plus);
     return cudaGetLastError();
@@ -342,10 +417,16 @@ cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* i
   });
 }
 
-cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, cudaStream_t stream) {
+cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, float* part_value, int64_t* part_index,
+                          cudaStream_t stream) {
   if (logits.num_rows == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
-    argmax_kernel<decltype(t)><<<static_cast<unsigned>(logits.num_rows), kThreads, 0, stream>>>(ids, logits);
+    const dim3 grid(static_cast<unsigned>(logits.num_rows), kArgmaxSplits);
+    argmax_partial_kernel<decltype(t)><<<grid, kThreads, 0, stream>>>(part_value, part_index, logits);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+    argmax_final_kernel<<<blocks_for(logits.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
+        ids, part_value, part_index, logits.num_rows, logits.row_size);
     return cudaGetLastError();
   });
 }

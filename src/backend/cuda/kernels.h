@@ -45,8 +45,11 @@ cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* i
 // block fused with the norm that opens the next. One warp per row, like launch_rms_norm.
 cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
                                 bool one_plus, cudaStream_t stream);
-// ids[r] = first index of the maximum of logits row r
-cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, cudaStream_t stream);
+// ids[r] = first index of the maximum of logits row r. Scratch: part_value, part_index
+// [num_rows * kArgmaxScratchPerRow] (the per-split maxima of the first pass).
+inline constexpr int64_t kArgmaxScratchPerRow = 64;
+cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, float* part_value, int64_t* part_index,
+                          cudaStream_t stream);
 // out (f32) row r = log_softmax(logits row r)
 cudaError_t launch_log_softmax(DType dtype, Rows out_f32, Rows logits, cudaStream_t stream);
 
