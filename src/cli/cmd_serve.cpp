@@ -1,12 +1,13 @@
 // pagellm serve: the OpenAI-compatible HTTP server (src/server) on top of one Engine.
 //
-// Start-up: block SIGINT/SIGTERM in every thread (the main thread takes them with sigwait), load
-// the engine, the chat template, listen, print how to talk to the server. Shutdown: stop accepting,
+// Start-up: SIGINT/SIGTERM handlers (they wake the main thread through a pipe), load the engine, the chat template, listen, print how to talk to the server. Shutdown: stop accepting,
 // stop the engine (in-flight requests end as "abort" and their streams finish), wait for
 // connections a bounded time, exit 0.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -86,14 +87,35 @@ void print_usage_hint(const server::ServingContext& context, const std::string& 
                url.c_str(), has_api_key ? " -H \"Authorization: Bearer $KEY\"" : "", context.served_model_name.c_str());
 }
 
-void run_serve(ServeArgs& args) {
-  // Signals go to sigwait below, never to a worker thread (each thread inherits this mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+// SIGINT/SIGTERM may land on any thread (libraries start threads before main), so a handler,
+// not a blocked mask, turns them into a byte on a pipe that the main thread waits on.
+int g_signal_pipe[2] = {-1, -1};
+
+void on_stop_signal(int signal_number) {
+  const char byte = static_cast<char>(signal_number);
+  (void)!::write(g_signal_pipe[1], &byte, 1);  // async-signal-safe
+}
+
+int wait_for_stop_signal() {
+  char byte = 0;
+  while (::read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  return byte;
+}
+
+void install_stop_handlers() {
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) throw CommandError("[serve] pipe() failed");
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+}
+
+void run_serve(ServeArgs& args) {
+  install_stop_handlers();
 
   const bool is_demo = args.model.empty();
   const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
@@ -130,8 +152,7 @@ void run_serve(ServeArgs& args) {
   http.start();
   print_usage_hint(*context, args.host, http.port(), !args.api_key.empty());
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = wait_for_stop_signal();
   std::fprintf(stderr, "pagellm serve: %s received, shutting down\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   http.stop();    // no new connections; kept-alive ones close after their current exchange
   engine->stop(); // in-flight requests end with finish_reason "abort": their handlers answer and return
