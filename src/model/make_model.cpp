@@ -26,6 +26,9 @@ struct Preset {
   double rope_theta;
   int64_t max_position_embeddings;
   bool wants_tokenizer;  // vocabulary sized for the real Qwen3 tokenizer
+  // Hybrid (qwen3_5_text) presets: layers [L, L, L, F] repeated, Gated DeltaNet sizes.
+  int64_t linear_heads = 0, linear_head_dim = 0;
+  bool is_hybrid() const { return linear_heads > 0; }
 };
 
 const std::map<std::string, Preset>& presets() {
@@ -36,6 +39,10 @@ const std::map<std::string, Preset>& presets() {
       {"qwen3-tiny", {"Qwen3ForCausalLM", "qwen3", 151936, 64, 128, 2, 4, 2, 32, true, 1e6, 40960, true}},
       // No tokenizer: tests that need a very small model.
       {"qwen3-micro", {"Qwen3ForCausalLM", "qwen3", 512, 64, 128, 2, 4, 2, 32, false, 1e6, 4096, false}},
+      // The shape of Qwen3.5-0.8B's text model (spec/models.md B.15): 24 layers [L, L, L, F] x 6, gated
+      // attention 8/2 heads of 256, GDN 16/16 heads of 128, vocabulary 248320 (no tokenizer ships with it).
+      {"qwen3.5-0.8b",
+       {"Qwen3_5ForCausalLM", "qwen3_5_text", 248320, 1024, 3584, 24, 8, 2, 256, true, 1e7, 262144, false, 16, 128}},
   };
   return table;
 }
@@ -70,6 +77,28 @@ std::vector<uint8_t> random_bytes(const std::string& name, int64_t count, uint64
   return bytes;
 }
 
+bool is_full_attention_layer(int64_t i) { return (i + 1) % 4 == 0; }
+
+// The qwen3_5_text fields on top of the common ones, as transformers writes them.
+void add_hybrid_config(nlohmann::ordered_json& c, const Preset& p) {
+  std::vector<std::string> layer_types;
+  for (int64_t i = 0; i < p.num_layers; ++i)
+    layer_types.push_back(is_full_attention_layer(i) ? "full_attention" : "linear_attention");
+  c["layer_types"] = layer_types;
+  c["full_attention_interval"] = 4;
+  c["linear_num_key_heads"] = p.linear_heads;
+  c["linear_num_value_heads"] = p.linear_heads;
+  c["linear_key_head_dim"] = p.linear_head_dim;
+  c["linear_value_head_dim"] = p.linear_head_dim;
+  c["linear_conv_kernel_dim"] = 4;
+  c["attn_output_gate"] = true;
+  c["mamba_ssm_dtype"] = "float32";
+  c["partial_rotary_factor"] = 0.25;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", p.rope_theta}, {"partial_rotary_factor", 0.25},
+                          {"mrope_section", {11, 11, 10}}, {"mrope_interleaved", true}};
+  c.erase("use_sliding_window");
+}
+
 nlohmann::ordered_json config_json(const Preset& p, DType dtype, bool has_tokenizer) {
   nlohmann::ordered_json c;
   c["architectures"] = {p.architecture};
@@ -95,6 +124,7 @@ nlohmann::ordered_json config_json(const Preset& p, DType dtype, bool has_tokeni
   } else {
     c["eos_token_id"] = nullptr;
   }
+  if (p.is_hybrid()) add_hybrid_config(c, p);
   c["pagellm_random_weights"] = true;
   return c;
 }
@@ -122,6 +152,49 @@ void add_qwen3_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
     matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
     norm(l + "self_attn.q_norm.weight", hd);
     norm(l + "self_attn.k_norm.weight", hd);
+    matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
+    matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
+    matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
+  }
+}
+
+// Qwen3.5 (spec/models.md B.14 names): (1+w) norms get offsets near 0, the GDN output norm weights near 1.
+void add_qwen35_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
+  const float half_width = static_cast<float>(o.weight_std * std::sqrt(3.0));
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float center, float width) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    writer.add(name, o.dtype, shape, random_bytes(name, count, o.seed, o.dtype, center, width));
+  };
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) { add(name, {rows, cols}, 0.0f, half_width); };
+  auto offset_norm = [&](const std::string& name, int64_t size) { add(name, {size}, 0.0f, 0.1f); };
+  const int64_t h = p.hidden_size, hd = p.head_dim, lh = p.linear_heads, ld = p.linear_head_dim;
+  const int64_t key_dim = lh * ld, value_dim = lh * ld, conv_dim = 2 * key_dim + value_dim;
+  matrix("model.embed_tokens.weight", p.vocab_size, h);
+  offset_norm("model.norm.weight", h);
+  for (int64_t i = 0; i < p.num_layers; ++i) {
+    const std::string l = fmt::format("model.layers.{}.", i);
+    offset_norm(l + "input_layernorm.weight", h);
+    offset_norm(l + "post_attention_layernorm.weight", h);
+    if (is_full_attention_layer(i)) {
+      matrix(l + "self_attn.q_proj.weight", 2 * p.num_heads * hd, h);  // query and gate per head
+      matrix(l + "self_attn.k_proj.weight", p.num_kv_heads * hd, h);
+      matrix(l + "self_attn.v_proj.weight", p.num_kv_heads * hd, h);
+      matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
+      offset_norm(l + "self_attn.q_norm.weight", hd);
+      offset_norm(l + "self_attn.k_norm.weight", hd);
+    } else {
+      const std::string g = l + "linear_attn.";
+      matrix(g + "in_proj_qkv.weight", conv_dim, h);
+      matrix(g + "in_proj_z.weight", value_dim, h);
+      matrix(g + "in_proj_b.weight", lh, h);
+      matrix(g + "in_proj_a.weight", lh, h);
+      add(g + "conv1d.weight", {conv_dim, 1, 4}, 0.0f, 0.5f);
+      add(g + "A_log", {lh}, 0.7f, 0.7f);    // decay rates exp(A_log) in [1, 4]
+      add(g + "dt_bias", {lh}, 1.0f, 0.5f);
+      add(g + "norm.weight", {ld}, 1.0f, 0.1f);  // plain weight
+      matrix(g + "out_proj.weight", h, value_dim);
+    }
     matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
@@ -166,7 +239,8 @@ Status make_model(const MakeModelOptions& options) {
     }
   }
   SafetensorsWriter writer;
-  add_qwen3_tensors(writer, preset, options);
+  if (preset.is_hybrid()) add_qwen35_tensors(writer, preset, options);
+  else add_qwen3_tensors(writer, preset, options);
   PAGELLM_RETURN_IF_ERROR(writer.write((fs::path(options.out_dir) / "model.safetensors").string()));
   return write_text(fs::path(options.out_dir) / "config.json",
                     config_json(preset, options.dtype, has_tokenizer).dump(2) + "\n");
