@@ -5,8 +5,8 @@
 //
 //   block  = (query row, query head[, split]); 4 warps of 32 lanes. Lane l holds head dims
 //            [l * V, l * V + V) of q and of its accumulator, V = kDimsPerLane = ceil(head_dim / 32).
-//   keys   = absolute positions cut into partitions of kAttentionPartition (256) keys. Inside a
-//            partition, warp w takes keys [w * 64, w * 64 + 64) in two chunks of 32: each lane owns one
+//   keys   = absolute positions cut into partitions of kAttentionPartition (128) keys. Inside a
+//            partition, warp w takes keys [w * 32, w * 32 + 32) in one chunk of 32: each lane owns one
 //            key's score (q.k reduced over the warp), the chunk updates the warp's online-softmax state
 //            (m, l, acc), then the 4 warp states are folded in warp order into the partition state.
 //   single pass (num_splits == 1): the block folds its row's partitions in order into a running
@@ -26,8 +26,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // keys per warp step: one per lane
-constexpr int kUnroll = 8;  // keys whose loads are in flight together (see the chunk loops)
-static_assert(kChunk % kUnroll == 0);
 constexpr int64_t kKeysPerWarp = kAttentionPartition / kWarps;
 static_assert(kKeysPerWarp % kChunk == 0);
 
@@ -189,40 +187,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
         k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot + kv_head * a.k_layout.stride_head;
         v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot + kv_head * a.v_layout.stride_head;
       }
-      // q.k of the chunk's keys, kUnroll keys at a time: their loads are issued together (memory
-      // latency paid once per group, not per key) and their warp reductions interleave. Each key's
-      // dot and reduction are the same operations in the same order as one key at a time.
       float score = -INFINITY;  // of this lane's key
-#pragma unroll 1
-      for (int j0 = 0; j0 < kChunk; j0 += kUnroll) {
-        const unsigned group = (valid_mask >> j0) & ((1u << kUnroll) - 1u);
-        if (group == 0) continue;
-        float k[kUnroll][V], dot[kUnroll];
+      for (int j = 0; j < kChunk; ++j) {
+        if (!((valid_mask >> j) & 1u)) continue;
+        float k[V];
+        load_lane<T, V>(k_cache + __shfl_sync(kFullMask, k_off, j), lane, head_dim, vector_ok, k);
+        float dot = 0.0f;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const long long off = __shfl_sync(kFullMask, k_off, j0 + u);
-          if ((group >> u) & 1u) {
-            load_lane<T, V>(k_cache + off, lane, head_dim, vector_ok, k[u]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) k[u][i] = 0.0f;
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          float d = 0.0f;
-#pragma unroll
-          for (int i = 0; i < V; ++i) d += q[i] * k[u][i];
-          dot[u] = d;
-        }
-#pragma unroll
-        for (int step = 16; step > 0; step >>= 1) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) dot[u] += __shfl_xor_sync(kFullMask, dot[u], step);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (lane == j0 + u && ((group >> u) & 1u)) score = dot[u];
+        for (int i = 0; i < V; ++i) dot += q[i] * k[i];
+        dot = warp_sum(dot);
+        if (lane == j) score = dot;
       }
       if (valid) {
         score *= a.scale;
@@ -234,29 +208,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
       l = l * correction + warp_sum(p);
 #pragma unroll
       for (int i = 0; i < V; ++i) acc[i] *= correction;
-      // acc += p_j * v_j over the chunk's keys in key order, kUnroll loads in flight at a time.
-#pragma unroll 1
-      for (int j0 = 0; j0 < kChunk; j0 += kUnroll) {
-        const unsigned group = (valid_mask >> j0) & ((1u << kUnroll) - 1u);
-        if (group == 0) continue;
-        float v[kUnroll][V], p_j[kUnroll];
+      for (int j = 0; j < kChunk; ++j) {
+        if (!((valid_mask >> j) & 1u)) continue;
+        const float p_j = __shfl_sync(kFullMask, p, j);
+        float v[V];
+        load_lane<T, V>(v_cache + __shfl_sync(kFullMask, v_off, j), lane, head_dim, vector_ok, v);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          p_j[u] = __shfl_sync(kFullMask, p, j0 + u);
-          const long long off = __shfl_sync(kFullMask, v_off, j0 + u);
-          if ((group >> u) & 1u) {
-            load_lane<T, V>(v_cache + off, lane, head_dim, vector_ok, v[u]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) v[u][i] = 0.0f;
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (!((group >> u) & 1u)) continue;
-#pragma unroll
-          for (int i = 0; i < V; ++i) acc[i] += p_j[u] * v[u][i];
-        }
+        for (int i = 0; i < V; ++i) acc[i] += p_j * v[i];
       }
       m = m_new;
     }

@@ -106,7 +106,8 @@ struct AttentionArgs {
 };
 
 // Keys are processed in partitions of this many absolute positions (see attention.cu).
-inline constexpr int64_t kAttentionPartition = 256;
+// 128: at batch 1 a 1,024-key context splits into 8 partitions per head (128 blocks) rather than 4.
+inline constexpr int64_t kAttentionPartition = 128;
 
 // Runs the attention. With num_splits > 1 ("flash-decoding"), block (row, head, split) computes only
 // partition `split` into `partials` ([T * num_heads, num_splits, head_dim + 2] floats) and a second
