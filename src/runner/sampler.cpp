@@ -35,43 +35,56 @@ void apply_penalties(std::vector<float>& logits, const SampleInputs& in) {
   }
 }
 
-// Keeps the candidates top-k / top-p / min-p allow; returns (id, probability) sorted by probability.
-std::vector<std::pair<TokenId, double>> candidates(const std::vector<float>& logits, const SamplingParams& p) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<std::pair<TokenId, double>> items;
-  items.reserve(logits.size());
-  double total = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double w = std::exp((static_cast<double>(logits[i]) - max_logit) / p.temperature);
-    items.emplace_back(static_cast<TokenId>(i), w);
-    total += w;
-  }
-  auto by_prob = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
-  size_t keep = items.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = static_cast<size_t>(p.top_k);
-  std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(keep), items.end(), by_prob);
-  items.resize(keep);
-  for (auto& item : items) item.second /= total;
-  if (p.top_k > 0) {  // renormalise over the k kept
-    double kept = 0.0;
-    for (const auto& item : items) kept += item.second;
-    for (auto& item : items) item.second /= kept;
-  }
+using Candidate = std::pair<TokenId, double>;  // (token, unnormalised probability)
+
+bool more_likely(const Candidate& a, const Candidate& b) {
+  return a.second > b.second || (a.second == b.second && a.first < b.first);
+}
+
+// How many of the `items` (the first `sorted` of them in order) top-p and min-p keep, or 0 when the
+// sorted head does not decide it yet.
+size_t nucleus_size(const std::vector<Candidate>& items, size_t sorted, double total, const SamplingParams& p) {
+  const bool head_only = sorted < items.size();
+  size_t cut = items.size();
   if (p.top_p < 1.0f) {
     double cumulative = 0.0;
-    size_t n = 0;
-    while (n < items.size()) {
-      cumulative += items[n].second;
-      ++n;
-      if (cumulative >= p.top_p) break;
-    }
-    items.resize(n);
+    size_t i = 0;
+    while (i < sorted && cumulative < p.top_p) cumulative += items[i++].second / total;
+    if (cumulative < p.top_p && head_only) return 0;
+    cut = i;
   }
   if (p.min_p > 0.0f) {
     const double floor = items.front().second * p.min_p;
-    while (items.size() > 1 && items.back().second < floor) items.pop_back();
+    size_t above = 0;
+    while (above < std::min(cut, sorted) && items[above].second >= floor) ++above;
+    if (above == sorted && head_only && cut > sorted) return 0;
+    cut = std::max<size_t>(1, std::min(cut, above));
   }
-  return items;
+  return cut;
+}
+
+// The candidates top-k / top-p / min-p allow, with unnormalised probabilities. Sorting the whole
+// vocabulary (151,936 entries) per token would dominate a step, so only as much as the cut-offs
+// need is sorted: top-k by selection, top-p / min-p on a sorted head that grows only when needed.
+std::vector<Candidate> candidates(const std::vector<float>& logits, const SamplingParams& p) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<Candidate> items(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    items[i] = {static_cast<TokenId>(i), std::exp((static_cast<double>(logits[i]) - max_logit) / p.temperature)};
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < items.size()) {
+    std::nth_element(items.begin(), items.begin() + p.top_k, items.end(), more_likely);
+    items.resize(static_cast<size_t>(p.top_k));
+  }
+  if (p.top_p >= 1.0f && p.min_p <= 0.0f) return items;
+  double total = 0.0;
+  for (const Candidate& c : items) total += c.second;
+  for (size_t sorted = std::min<size_t>(items.size(), 1024);; sorted = items.size()) {
+    std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(sorted), items.end(), more_likely);
+    if (const size_t cut = nucleus_size(items, sorted, total, p); cut > 0) {
+      items.resize(cut);
+      return items;
+    }
+  }
 }
 
 }  // namespace
