@@ -80,6 +80,27 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
   done
 fi
 
+# ----- W1 (anchors.md): bench serve against serve --device cuda -------------------------------
+if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18431
+  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
+    >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+  for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do
+    prompts=$((level == 1 ? 6 : 4 * level))
+    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
+      --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
+    rc=$?
+    tail -25 "$out/w1_c$level.log"
+    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
+  done
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+  tail -3 "$out/serve.log"
+fi
+
 # ----- profile (GPU_CHECK_PROFILE=1): decode step times with and without graphs, ncu per kernel --
 # bench latency times prefill and decode steps in-process (no HTTP). ncu (graphs off, so each kernel
 # is its own launch) times the kernels of two decode steps, skipping prefill and warm-up: with
@@ -87,7 +108,7 @@ fi
 if has pagellm && [ -n "${GPU_CHECK_PROFILE:-}" ] && [ -f /tmp/qwen3-0.6b/config.json ]; then
   for batch in ${GPU_CHECK_PROFILE_BATCHES:-1 64 128}; do
     for graphs in 1 0; do
-      PAGELLM_CUDA_GRAPHS=$graphs timeout 120 "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda \
+      PAGELLM_CUDA_GRAPHS=$graphs timeout 60 "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda \
         --batch-size "$batch" --input-len 512 --output-len 64 --max-num-seqs 256 --output json \
         >"$out/latency_b${batch}_g$graphs.json" 2>"$out/latency_b${batch}_g$graphs.log"
       note "bench latency batch $batch graphs=$graphs: rc=$? $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: (round(v,5) if isinstance(v,float) else v) for k,v in j.items() if not isinstance(v,(list,dict))})" "$out/latency_b${batch}_g$graphs.json" 2>/dev/null | cut -c1-400)"
@@ -96,10 +117,10 @@ if has pagellm && [ -n "${GPU_CHECK_PROFILE:-}" ] && [ -f /tmp/qwen3-0.6b/config
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   for batch in ${GPU_CHECK_NCU_BATCHES:-1 128}; do
     [ -n "$ncu_bin" ] || { note "ncu not found"; break; }
-    PAGELLM_CUDA_GRAPHS=0 timeout 200 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+    PAGELLM_CUDA_GRAPHS=0 timeout 100 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
       --launch-skip "${GPU_CHECK_NCU_SKIP:-26000}" --launch-count 520 --print-summary per-kernel --print-units base --print-kernel-base function --csv \
       "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda --batch-size "$batch" --input-len 512 \
-      --output-len 200 --max-num-seqs 256 >"$out/ncu_b$batch.csv" 2>"$out/ncu_b$batch.log"
+      --output-len 120 --max-num-seqs 256 >"$out/ncu_b$batch.csv" 2>"$out/ncu_b$batch.log"
     note "ncu batch $batch: rc=$? (ncu_b$batch.csv)"
     python3 - "$out/ncu_b$batch.csv" <<'PY' || true
 import csv, sys, collections
@@ -121,27 +142,6 @@ print(f"ncu: {sum(cnt.values())} kernels, {all_ns/1e3:.1f} us of GPU time (2 dec
 for name, ns in tot.most_common(12): print(f"  {ns/all_ns*100:5.1f}%  {ns/1e3:9.1f} us  x{cnt[name]:4d}  {name}")
 PY
   done
-fi
-
-# ----- W1 (anchors.md): bench serve against serve --device cuda -------------------------------
-if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
-  port=18431
-  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
-    >"$out/serve.log" 2>&1 &
-  server=$!
-  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
-  for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do
-    prompts=$((level == 1 ? 6 : 4 * level))
-    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
-      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
-      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
-      --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
-    rc=$?
-    tail -25 "$out/w1_c$level.log"
-    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
-  done
-  kill $server 2>/dev/null; wait $server 2>/dev/null
-  tail -3 "$out/serve.log"
 fi
 
 echo
