@@ -1,7 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +8,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gdn.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/rows.h"
 #include "core/thread_pool.h"
 
@@ -84,39 +83,8 @@ void CpuBackend::copy(TensorView dst, const TensorView& src) {
 }
 
 void CpuBackend::matmul(TensorView out, const TensorView& x, const TensorView& w) {
-  CHECK_MSG(w.dtype == DType::kF32 && w.is_contiguous(), "cpu matmul wants contiguous f32 weights");
-  CHECK(x.ndim() == 2 && w.ndim() == 2 && out.ndim() == 2);
-  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  CHECK_MSG(w.size(1) == k && out.size(0) == m && out.size(1) == n, "matmul shapes x{} w{} out{}",
-            x.shape.to_string(), w.shape.to_string(), out.shape.to_string());
-  if (m == 0) return;
-  // x: use it in place when it is f32 with unit column stride; else widen a copy.
-  std::vector<float> x_f32;
-  const float* x_ptr = x.ptr<float>();
-  int64_t ldx = x.strides[0];
-  if (x.dtype != DType::kF32 || x.strides[1] != 1) {
-    x_f32.resize(static_cast<size_t>(m * k));
-    const RowLayout rows(x);
-    for (int64_t r = 0; r < m; ++r) load_row_f32(x, rows, r, x_f32.data() + r * k);
-    x_ptr = x_f32.data();
-    ldx = k;
-  }
-  std::vector<float> out_f32;
-  float* out_ptr = out.ptr<float>();
-  int64_t ldo = out.strides[0];
-  const bool direct = out.dtype == DType::kF32 && out.strides[1] == 1;
-  if (!direct) {
-    out_f32.resize(static_cast<size_t>(m * n));
-    out_ptr = out_f32.data();
-    ldo = n;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x_ptr, static_cast<int>(ldx), w.ptr<float>(),
-              static_cast<int>(k), 0.0f, out_ptr, static_cast<int>(ldo));
-  if (!direct) {
-    const RowLayout rows(out);
-    for (int64_t r = 0; r < m; ++r) store_row_f32(out, rows, r, out_f32.data() + r * n);
-  }
+  // Batch invariant: each output element is a fixed-order f32 sum over its x row and w row (gemm.h).
+  cpu::matmul(out, x, w);
 }
 
 void CpuBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
