@@ -236,7 +236,8 @@ void Engine::step() {
   }
   StepResult result = runner_->execute(plan);
   std::vector<RequestUpdate> updates = scheduler_->commit(plan, result);
-  publish(updates);
+  // Step time and gauges are recorded before publishing, so whoever receives a request's last
+  // output already sees the step that produced it counted.
   const double step_s = seconds_between(started, Clock::now());
   const SchedulerStats stats = scheduler_->stats();
   metrics_.update([&](EngineMetrics& m) {
@@ -248,6 +249,7 @@ void Engine::step() {
     }
   });
   if (!plan.empty()) metrics_.record_step_time(step_s);
+  publish(updates);
 }
 
 void Engine::publish(const std::vector<RequestUpdate>& updates) {
