@@ -3,6 +3,7 @@
 // batch invariance (split-KV vs one pass), strided q with an f32 out, and write_kv feeding attention.
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -129,39 +130,92 @@ TEST(CudaAttention, SmallHeadDimsNonCausalAndF16) {
   }
 }
 
-// The rows of one sequence are bitwise equal alone (few rows: the kernel splits the keys) and inside
-// a big batch (many rows: one pass), since both fold the same partitions in the same order.
+// A decode row is bitwise the same whatever runs it: alone (the decode kernel with the keys split in
+// chunk or partition units), inside a mixed batch (the decode kernel next to the general one), inside
+// a big decode batch (the decode kernel in one pass), and as the last row of a 2-token sequence over the
+// same keys (the general kernel): every route folds the same chunk states in the same order.
 TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    AttentionCase batch;
-    batch.num_heads = 8;
-    batch.num_kv_heads = 2;
-    batch.head_dim = 128;
-    batch.dtype = dtype;
-    const SeqShape target{1, 3000};
-    batch.seqs = {{5, 60}, target, {1, 5000}, {300, 300}, {1, 2}};
-    Rng rng(5);
-    const DenseInputs in = make_dense_inputs(batch, rng);
-    const PagedInputs paged = page_inputs(batch, in, 16, rng);
-    const Tensor batch_out = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, make_params(batch, in, paged), dtype);
+  struct Case {
+    const char* name;
+    std::vector<SeqShape> seqs;
+    size_t target;
+    bool partition_units;  // the alone run splits in partition units
+  };
+  std::vector<SeqShape> big;  // 150 decode rows x 2 kv heads: one pass
+  for (int i = 0; i < 150; ++i) big.push_back({1, 40 + 37 * (i % 13)});
+  big[70] = {1, 3000};
+  const Case cases[] = {
+      {"decode row in a mixed batch", {{5, 60}, {1, 3000}, {1, 5000}, {300, 300}, {1, 2}}, 1, false},
+      {"last row of a 2-token sequence (general kernel)", {{5, 60}, {2, 3000}, {1, 5000}, {300, 300}, {1, 2}}, 1, true},
+      {"decode row in a big decode batch", big, 70, false},
+      {"decode row in a big decode batch, partition units", big, 70, true},
+  };
+  for (const Case& tc : cases) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(fmt::format("{} {}", tc.name, dtype_name(dtype)));
+      AttentionCase batch;
+      batch.num_heads = 8;
+      batch.num_kv_heads = 2;
+      batch.head_dim = 128;
+      batch.dtype = dtype;
+      batch.seqs = tc.seqs;
+      const SeqShape target = tc.seqs[tc.target];
+      Rng rng(5);
+      const DenseInputs in = make_dense_inputs(batch, rng);
+      const PagedInputs paged = page_inputs(batch, in, 16, rng);
+      const Tensor batch_out =
+          run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, make_params(batch, in, paged), dtype);
 
-    const int64_t row = in.cu_seqlens_q.ptr<int32_t>()[1];
-    Tensor cu = Tensor::cpu({2}, DType::kI32), lens = Tensor::cpu({1}, DType::kI32);
-    cu.ptr<int32_t>()[1] = 1;
-    lens.ptr<int32_t>()[0] = static_cast<int32_t>(target.context_len);
-    AttentionParams alone = make_params(batch, in, paged);
-    alone.cu_seqlens_q = cu.view();
-    alone.seq_lens_k = lens.view();
-    alone.block_tables = paged.block_tables.view().slice_rows(1, 2);
-    alone.max_seqlen_q = 1;
-    alone.max_seqlen_k = static_cast<int32_t>(target.context_len);
-    const Tensor alone_out =
-        run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, dtype);
-    const size_t row_bytes = static_cast<size_t>(batch.num_heads * batch.head_dim) * dtype_size_bytes(dtype);
-    EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row) * row_bytes,
-                          alone_out.view().data, row_bytes), 0)
-        << dtype_name(dtype);
+      const int64_t row = in.cu_seqlens_q.ptr<int32_t>()[tc.target] + target.q_len - 1;  // its last row
+      Tensor cu = Tensor::cpu({2}, DType::kI32), lens = Tensor::cpu({1}, DType::kI32);
+      cu.ptr<int32_t>()[1] = 1;
+      lens.ptr<int32_t>()[0] = static_cast<int32_t>(target.context_len);
+      AttentionParams alone = make_params(batch, in, paged);
+      alone.cu_seqlens_q = cu.view();
+      alone.seq_lens_k = lens.view();
+      alone.block_tables = paged.block_tables.view().slice_rows(static_cast<int64_t>(tc.target),
+                                                                static_cast<int64_t>(tc.target) + 1);
+      alone.max_seqlen_q = 1;
+      alone.max_seqlen_k = static_cast<int32_t>(target.context_len);
+      if (tc.partition_units) setenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS", "1", 1);
+      const Tensor alone_out =
+          run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, dtype);
+      unsetenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS");
+      const size_t row_bytes = static_cast<size_t>(batch.num_heads * batch.head_dim) * dtype_size_bytes(dtype);
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row) * row_bytes,
+                            alone_out.view().data, row_bytes), 0);
+      // And right, not only consistent.
+      AttentionParams params = make_params(batch, in, paged);
+      const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+      EXPECT_EQ(compare(expected, batch_out, tolerance_vs_reference(dtype)), "");
+    }
+  }
+}
+
+// The decode kernel's GQA groups of every size the engine meets (1, 2, 4, 8, 16 query heads per kv
+// head), long windows and softcap, against the f64 reference: few rows (split) and many (one pass).
+TEST(CudaAttention, DecodeGroupsAgainstReference) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  for (int64_t group : {1, 2, 4, 8, 16}) {
+    for (int64_t num_seqs : {3, 140}) {
+      AttentionCase c;
+      c.num_kv_heads = 2;
+      c.num_heads = 2 * group;
+      c.head_dim = 128;
+      c.dtype = DType::kBF16;
+      c.window = group == 4 ? 100 : -1;
+      c.softcap = group == 8 ? 30.0f : 0.0f;
+      for (int64_t s = 0; s < num_seqs; ++s) c.seqs.push_back({1, 1 + (s * 97) % 700});
+      SCOPED_TRACE(fmt::format("group {} seqs {}", group, num_seqs));
+      Rng rng(static_cast<uint64_t>(group * 31 + num_seqs));
+      const DenseInputs in = make_dense_inputs(c, rng);
+      const PagedInputs paged = page_inputs(c, in, 16, rng);
+      const AttentionParams params = make_params(c, in, paged);
+      const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+      EXPECT_EQ(compare(expected, run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, c.dtype),
+                        tolerance_vs_reference(c.dtype)), "");
+    }
   }
 }
 

@@ -16,7 +16,22 @@
 //            partitions in order.
 //   Both routes fold the same partition states in the same order with the same (non-contracted)
 //   arithmetic, so a row's output does not depend on the split or on the rest of the batch.
+//
+// The decode kernel (sequences with q_len == 1; see AttentionPlan in kernels.h) computes the very
+// same chunk states with a layout built for bandwidth: block = (sequence, kv head[, split]), 128
+// threads. Chunks of 32 keys of the kv head stream into shared memory (16-byte cp.async, 3 stages in
+// flight) and serve every query head of the GQA group, so K and V are read from memory once:
+//   scores: 4 threads per key (thread r sums the head-dim groups l = r (mod 4) of the lane layout
+//           above, in the butterfly's tree order), 2 shuffles finish the dot: bitwise the general
+//           kernel's warp_sum;
+//   softmax: one warp per query head folds the chunk's (m, l) as a warp of the general kernel does;
+//   P.V:    thread = (query head, pair of head dims), a sequential fma chain over the chunk's keys.
+// Chunk states fold into partition states and those into the row's state in order, in registers
+// (one pass) or through `partials` and decode_merge_kernel (splits).
 #include <cfloat>
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/device_common.cuh"
 
@@ -24,6 +39,17 @@ namespace pagellm::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+
+// The most dynamic shared memory one block may opt into on the current device.
+int64_t smem_optin_limit() {
+  static const int64_t limit = [] {
+    int device = 0, bytes = 48 * 1024;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return static_cast<int64_t>(bytes);
+  }();
+  return limit;
+}
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // keys per warp step: one per lane
 constexpr int64_t kKeysPerWarp = kAttentionPartition / kWarps;
@@ -108,6 +134,7 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, int64_t head_d
 
 struct RowPlace {
   int64_t seq = -1;         // -1: the row is past the batch (left untouched)
+  int64_t q_len = 0;
   int64_t key_begin = 0, key_end = 0;  // visible keys
 };
 
@@ -122,6 +149,7 @@ __device__ RowPlace place_row(const AttentionArgs& a, int64_t row) {
   place.seq = lo;
   const int64_t row_first = a.cu_seqlens_q[lo];
   const int64_t q_len = a.cu_seqlens_q[lo + 1] - row_first;
+  place.q_len = q_len;
   const int64_t context_len = a.seq_lens_k[lo];
   const int64_t pos = context_len - q_len + (row - row_first);
   place.key_end = a.causal ? min(context_len, pos + 1) : context_len;
@@ -134,7 +162,7 @@ __device__ RowPlace place_row(const AttentionArgs& a, int64_t row) {
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bool vector_ok, int num_splits,
-                                                             float* __restrict__ partials) {
+                                                             bool skip_decode, float* __restrict__ partials) {
   constexpr int kOwn = (32 * V + kThreads - 1) / kThreads;  // head dims folded per thread
   __shared__ float warp_acc[kWarps][32 * V];
   __shared__ float warp_m[kWarps], warp_l[kWarps];
@@ -142,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
   const int64_t row_head = blockIdx.x;
   const int64_t row = row_head / a.num_heads, head = row_head % a.num_heads;
   const RowPlace place = place_row(a, row);
-  if (place.seq < 0) return;
+  if (place.seq < 0 || (skip_decode && place.q_len == 1)) return;  // the decode kernel's rows
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t head_dim = a.k_layout.head_dim;
   const int64_t kv_head = head / (a.num_heads / a.k_layout.num_kv_heads);
@@ -194,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
         load_lane<T, V>(k_cache + __shfl_sync(kFullMask, k_off, j), lane, head_dim, vector_ok, k);
         float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < V; ++i) dot += q[i] * k[i];
+        for (int i = 0; i < V; ++i) dot = __fmaf_rn(q[i], k[i], dot);
         dot = warp_sum(dot);
         if (lane == j) score = dot;
       }
@@ -214,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
         float v[V];
         load_lane<T, V>(v_cache + __shfl_sync(kFullMask, v_off, j), lane, head_dim, vector_ok, v);
 #pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] += p_j * v[i];
+        for (int i = 0; i < V; ++i) acc[i] = __fmaf_rn(p_j, v[i], acc[i]);
       }
       m = m_new;
     }
@@ -272,11 +300,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
 }
 
 // Folds the split partition states of one (row, head) in partition order and writes the output.
-__global__ void __launch_bounds__(kThreads) merge_kernel(AttentionArgs a, int num_splits,
+__global__ void __launch_bounds__(kThreads) merge_kernel(AttentionArgs a, int num_splits, bool skip_decode,
                                                          const float* __restrict__ partials) {
   const int64_t row_head = blockIdx.x;
   const int64_t row = row_head / a.num_heads, head = row_head % a.num_heads;
   if (row >= a.cu_seqlens_q[a.num_seqs]) return;
+  if (skip_decode && place_row(a, row).q_len == 1) return;
   const int64_t head_dim = a.k_layout.head_dim;
   const float* states = partials + row_head * num_splits * (head_dim + 2);
   const int64_t out_offset = row * a.out_stride_row + head * a.out_stride_head;
@@ -294,25 +323,406 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(AttentionArgs a, int nu
   }
 }
 
+// ----- decode kernel --------------------------------------------------------------------------
+
+constexpr int kDecodeStages = 3;       // chunks in flight (cp.async groups)
+constexpr int kDecodeMaxSlots = 8;     // (query head, head-dim pair) slots per thread
+constexpr int kScalars = 10;           // per query head, in shared memory (see decode_kernel)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// V consecutive elements of T (aligned to min(16, V * sizeof(T)) bytes) as floats.
 template <typename T, int V>
-cudaError_t run_attention(const AttentionArgs& a, int64_t num_splits, float* partials, cudaStream_t stream) {
+__device__ __forceinline__ void load_group(const T* src, float (&out)[V]) {
+  constexpr int kBytes = V * static_cast<int>(sizeof(T));
+  alignas(16) T tmp[V];
+  if constexpr (kBytes >= 16) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(tmp)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else if constexpr (kBytes == 8) {
+    *reinterpret_cast<uint2*>(tmp) = *reinterpret_cast<const uint2*>(src);
+  } else if constexpr (kBytes == 4) {
+    *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(src);
+  } else {
+    tmp[0] = src[0];
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = to_f32(tmp[i]);
+}
+template <int V>
+__device__ __forceinline__ void load_group_f32(const float* src, float (&out)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V / 4; ++i) {
+      const float4 x = reinterpret_cast<const float4*>(src)[i];
+      out[4 * i] = x.x, out[4 * i + 1] = x.y, out[4 * i + 2] = x.z, out[4 * i + 3] = x.w;
+    }
+  } else if constexpr (V == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(src);
+    out[0] = x.x, out[1] = x.y;
+  } else {
+    out[0] = src[0];
+  }
+}
+template <typename T>
+__device__ __forceinline__ void load_pair(const T* src, float& x, float& y) {
+  if constexpr (sizeof(T) == 4) {
+    const float2 v = *reinterpret_cast<const float2*>(src);
+    x = v.x, y = v.y;
+  } else if constexpr (sizeof(T) == 2) {
+    alignas(4) T tmp[2];
+    *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(src);
+    x = to_f32(tmp[0]), y = to_f32(tmp[1]);
+  }
+}
+
+// The visible keys of a decode sequence (q_len == 1: the query sits at position context - 1).
+struct DecodeKeys {
+  int64_t key_begin, key_end, chunk_begin, chunk_end;  // chunks of 32 keys, absolute
+};
+__device__ __forceinline__ DecodeKeys decode_keys(const AttentionArgs& a, int64_t seq, int64_t max_chunks) {
+  DecodeKeys k;
+  const int64_t context = a.seq_lens_k[seq];
+  k.key_end = context;  // causal or not: pos + 1 == context
+  k.key_begin = a.window > 0 ? max(int64_t{0}, context - a.window) : 0;
+  if (k.key_end > max_chunks * kChunk) k.key_end = max_chunks * kChunk;  // past the plan's max_keys
+  if (k.key_end < k.key_begin) k.key_end = k.key_begin;
+  k.chunk_begin = k.key_begin / kChunk;
+  k.chunk_end = k.key_end > k.key_begin ? (k.key_end + kChunk - 1) / kChunk : k.chunk_begin;
+  return k;
+}
+
+constexpr int kChunksPerPartition = static_cast<int>(kAttentionPartition / kChunk);
+
+// Block (sequence, kv head, split). Shared memory: kDecodeStages stages of [K rows | V rows] (32 keys,
+// row_bytes each: head_dim elements + 16 bytes of padding against bank conflicts), q as f32
+// [group, head_dim], probabilities [group, 32], and kScalars floats per query head:
+//   0 part_m, 1 part_l, 2 run_m, 3 run_l (the online-softmax states, written by one lane),
+//   4, 5 the scales folding this chunk into the partition; 6, 7 the partition into the row;
+//   8 this chunk has keys; 9 the partition is folded into the row now.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int group, int row_bytes, int num_splits,
+                                                          int unit_chunks, int64_t num_units,
+                                                          float* __restrict__ partials) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t num_kv_heads = a.k_layout.num_kv_heads;
+  const int64_t seq = blockIdx.x / num_kv_heads, kv_head = blockIdx.x % num_kv_heads;
+  const int64_t row = a.cu_seqlens_q[seq];
+  if (a.cu_seqlens_q[seq + 1] - row != 1) return;  // the general kernel's sequence
   const int64_t head_dim = a.k_layout.head_dim;
-  // Wide loads need head_dim % V == 0 and every row start aligned to V elements (up to 16 bytes).
-  const uintptr_t align = (V * sizeof(T)) >= 16 ? 16 : V * sizeof(T);
-  const bool strides_ok = head_dim % V == 0 && a.q_stride_row % V == 0 && a.q_stride_head % V == 0 &&
-                          a.k_layout.stride_block % V == 0 && a.k_layout.stride_slot % V == 0 &&
-                          a.k_layout.stride_head % V == 0 && a.v_layout.stride_block % V == 0 &&
-                          a.v_layout.stride_slot % V == 0 && a.v_layout.stride_head % V == 0;
-  const bool vector_ok = strides_ok && reinterpret_cast<uintptr_t>(a.q) % align == 0 &&
-                         reinterpret_cast<uintptr_t>(a.k_cache) % align == 0 &&
-                         reinterpret_cast<uintptr_t>(a.v_cache) % align == 0;
-  const dim3 grid(static_cast<unsigned>(a.num_tokens * a.num_heads), static_cast<unsigned>(num_splits));
-  attention_kernel<T, V><<<grid, kThreads, 0, stream>>>(a, vector_ok, static_cast<int>(num_splits), partials);
-  cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess || num_splits <= 1) return status;
-  merge_kernel<<<static_cast<unsigned>(a.num_tokens * a.num_heads), kThreads, 0, stream>>>(
-      a, static_cast<int>(num_splits), partials);
-  return cudaGetLastError();
+  const bool split = num_splits > 1;
+  const DecodeKeys keys = decode_keys(a, seq, num_units * unit_chunks);
+  int64_t chunk_begin = keys.chunk_begin, chunk_end = keys.chunk_end;
+  if (split) {
+    if (chunk_end == chunk_begin) return;  // the merge writes the zeros
+    const int64_t unit_begin = chunk_begin / unit_chunks, unit_end = (chunk_end + unit_chunks - 1) / unit_chunks;
+    const int64_t per = (unit_end - unit_begin + num_splits - 1) / num_splits;
+    const int64_t first = unit_begin + blockIdx.y * per, last = min(unit_end, first + per);
+    if (first >= last) return;
+    chunk_begin = max(chunk_begin, first * unit_chunks);
+    chunk_end = min(chunk_end, last * unit_chunks);
+  }
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int stage_bytes = 2 * kChunk * row_bytes;
+  float* q_s = reinterpret_cast<float*>(smem + kDecodeStages * stage_bytes);
+  float* p_s = q_s + group * head_dim;
+  float* scalars = p_s + group * kChunk;
+  const int64_t first_head = kv_head * group;
+  const int64_t num_chunks = chunk_end - chunk_begin;
+
+  if (num_chunks == 0) {  // no visible key: zeros, as the general kernel writes
+    for (int64_t i = tid; i < group * head_dim; i += kThreads)
+      store_any(a.out, a.out_dtype, row * a.out_stride_row + (first_head + i / head_dim) * a.out_stride_head + i % head_dim,
+                0.0f);
+    return;
+  }
+
+  const int32_t* table = a.block_tables + seq * a.block_table_stride;
+  const int64_t block_size = a.k_layout.block_size;
+  const char* k_cache = static_cast<const char*>(a.k_cache);
+  const char* v_cache = static_cast<const char*>(a.v_cache);
+  const int pieces = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(T)) / 16);  // 16-byte pieces per row
+  auto issue = [&](int64_t chunk, int stage) {
+    unsigned char* k_dst = smem + stage * stage_bytes;
+    unsigned char* v_dst = k_dst + kChunk * row_bytes;
+    for (int i = tid; i < kChunk * pieces; i += kThreads) {
+      const int j = i / pieces, piece = i % pieces;
+      const int64_t key = chunk * kChunk + j;
+      if (key < keys.key_begin || key >= keys.key_end) continue;
+      const int64_t block = table[key / block_size], in_block = key % block_size;
+      const int64_t k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot + kv_head * a.k_layout.stride_head;
+      const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot + kv_head * a.v_layout.stride_head;
+      cp_async16(k_dst + j * row_bytes + piece * 16, k_cache + k_off * static_cast<int64_t>(sizeof(T)) + piece * 16);
+      cp_async16(v_dst + j * row_bytes + piece * 16, v_cache + v_off * static_cast<int64_t>(sizeof(T)) + piece * 16);
+    }
+  };
+  issue(chunk_begin, 0);
+  cp_async_commit();
+  if (num_chunks > 1) issue(chunk_begin + 1, 1);
+  cp_async_commit();
+
+  const T* q_row = static_cast<const T*>(a.q) + row * a.q_stride_row;
+  for (int64_t i = tid; i < group * head_dim; i += kThreads)
+    q_s[i] = to_f32(q_row[(first_head + i / head_dim) * a.q_stride_head + i % head_dim]);
+  for (int g = tid; g < group; g += kThreads) {
+    float* sc = scalars + g * kScalars;
+    sc[0] = -INFINITY, sc[1] = 0.0f, sc[2] = -INFINITY, sc[3] = 0.0f;
+  }
+
+  const int half_dim = static_cast<int>(head_dim / 2);
+  const int num_pairs = group * half_dim;
+  float part_acc[kDecodeMaxSlots][2], run_acc[kDecodeMaxSlots][2];
+#pragma unroll
+  for (int s = 0; s < kDecodeMaxSlots; ++s) part_acc[s][0] = part_acc[s][1] = run_acc[s][0] = run_acc[s][1] = 0.0f;
+  const int64_t row_elems = row_bytes / static_cast<int>(sizeof(T));
+  const int64_t state_size = head_dim + 2;
+  auto state_of = [&](int64_t head, int64_t unit) {
+    return partials + ((row * a.num_heads + head) * num_units + unit) * state_size;
+  };
+
+  for (int64_t i = 0; i < num_chunks; ++i) {
+    cp_async_wait<kDecodeStages - 2>();
+    __syncthreads();  // chunk i has landed; every thread is done with chunk i - 1
+    if (i + kDecodeStages - 1 < num_chunks) issue(chunk_begin + i + kDecodeStages - 1, (i + kDecodeStages - 1) % kDecodeStages);
+    cp_async_commit();
+    const int stage = static_cast<int>(i % kDecodeStages);
+    const int64_t chunk = chunk_begin + i, key0 = chunk * kChunk;
+    const bool unit_end = split && unit_chunks == 1 ? true : ((chunk + 1) % kChunksPerPartition == 0 || chunk == chunk_end - 1);
+
+    // Scores: thread (key j, r) holds the groups l = r + 4m of the lane layout (dims [lV, lV + V)).
+    {
+      const int j = warp * 8 + lane / 4, r = lane % 4;
+      const T* k_row = reinterpret_cast<const T*>(smem + stage * stage_bytes) + j * row_elems;
+      float kf[8][V];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int l = r + 4 * m;
+        if (l * V < head_dim) {
+          load_group<T, V>(k_row + l * V, kf[m]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) kf[m][e] = 0.0f;
+        }
+      }
+      const int64_t key = key0 + j;
+      const bool valid = key >= keys.key_begin && key < keys.key_end;
+      for (int g = 0; g < group; ++g) {
+        const float* qg = q_s + g * head_dim;
+        float part[8];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const int l = r + 4 * m;
+          float dot = 0.0f;
+          if (l * V < head_dim) {
+            float qv[V];
+            load_group_f32<V>(qg + l * V, qv);
+#pragma unroll
+            for (int e = 0; e < V; ++e) dot = __fmaf_rn(qv[e], kf[m][e], dot);
+          }
+          part[m] = dot;
+        }
+        // The butterfly of warp_sum over lanes l: bits 4, 3, 2 here, then bits 1, 0 across r.
+        const float b0 = __fadd_rn(part[0], part[4]), b1 = __fadd_rn(part[1], part[5]);
+        const float b2 = __fadd_rn(part[2], part[6]), b3 = __fadd_rn(part[3], part[7]);
+        float dot = __fadd_rn(__fadd_rn(b0, b2), __fadd_rn(b1, b3));
+        dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 2));
+        dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 1));
+        if (r == 0) {
+          float score = -INFINITY;
+          if (valid) {
+            score = dot * a.scale;
+            if (a.softcap > 0.0f) score = a.softcap * tanhf(score / a.softcap);
+          }
+          p_s[g * kChunk + j] = score;
+        }
+      }
+    }
+    __syncthreads();
+
+    // Softmax of the chunk per query head (a warp of the general kernel), and the fold scales.
+    for (int g = warp; g < group; g += kWarps) {
+      const int64_t key = key0 + lane;
+      const bool valid = key >= keys.key_begin && key < keys.key_end;
+      const float score = p_s[g * kChunk + lane];
+      const float m = warp_max(score);
+      const float p = valid ? expf(score - m) : 0.0f;
+      const float l = warp_sum(p);
+      p_s[g * kChunk + lane] = p;
+      if (lane == 0) {
+        float* sc = scalars + g * kScalars;
+        const bool has_keys = m != -INFINITY;
+        sc[8] = has_keys ? 1.0f : 0.0f;
+        if (split && unit_chunks == 1) {
+          float* state = state_of(first_head + g, chunk);
+          state[head_dim] = m;
+          state[head_dim + 1] = l;
+        } else {
+          if (has_keys) fold_scalars(sc[0], sc[1], m, l, sc[4], sc[5]);
+          if (unit_end) {
+            if (split) {
+              float* state = state_of(first_head + g, chunk / kChunksPerPartition);
+              state[head_dim] = sc[0];
+              state[head_dim + 1] = sc[1];
+            } else {
+              sc[9] = sc[0] != -INFINITY ? 1.0f : 0.0f;
+              if (sc[0] != -INFINITY) fold_scalars(sc[2], sc[3], sc[0], sc[1], sc[6], sc[7]);
+            }
+            sc[0] = -INFINITY, sc[1] = 0.0f;
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // P.V: thread slot = (query head g, dims d, d + 1), a sequential fma chain over the chunk's keys.
+    {
+      const T* v_rows = reinterpret_cast<const T*>(smem + stage * stage_bytes + kChunk * row_bytes);
+      const int j_begin = static_cast<int>(max(keys.key_begin - key0, int64_t{0}));
+      const int j_end = static_cast<int>(min(keys.key_end - key0, int64_t{kChunk}));
+#pragma unroll
+      for (int s = 0; s < kDecodeMaxSlots; ++s) {
+        const int pair = tid + s * kThreads;
+        if (pair >= num_pairs) break;
+        const int g = pair / half_dim, d = 2 * (pair % half_dim);
+        const float* pg = p_s + g * kChunk;
+        const float* sc = scalars + g * kScalars;
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int j = j_begin; j < j_end; ++j) {
+          float v0, v1;
+          load_pair<T>(v_rows + j * row_elems + d, v0, v1);
+          const float p = pg[j];
+          acc0 = __fmaf_rn(p, v0, acc0);
+          acc1 = __fmaf_rn(p, v1, acc1);
+        }
+        if (split && unit_chunks == 1) {
+          float* state = state_of(first_head + g, chunk);
+          state[d] = acc0;
+          state[d + 1] = acc1;
+          continue;
+        }
+        if (sc[8] != 0.0f) {
+          part_acc[s][0] = fold_acc(part_acc[s][0], acc0, sc[4], sc[5]);
+          part_acc[s][1] = fold_acc(part_acc[s][1], acc1, sc[4], sc[5]);
+        }
+        if (unit_end) {
+          if (split) {
+            float* state = state_of(first_head + g, chunk / kChunksPerPartition);
+            state[d] = part_acc[s][0];
+            state[d + 1] = part_acc[s][1];
+          } else if (sc[9] != 0.0f) {
+            run_acc[s][0] = fold_acc(run_acc[s][0], part_acc[s][0], sc[6], sc[7]);
+            run_acc[s][1] = fold_acc(run_acc[s][1], part_acc[s][1], sc[6], sc[7]);
+          }
+          part_acc[s][0] = part_acc[s][1] = 0.0f;
+        }
+      }
+    }
+  }
+  if (split) return;
+#pragma unroll
+  for (int s = 0; s < kDecodeMaxSlots; ++s) {
+    const int pair = tid + s * kThreads;
+    if (pair >= num_pairs) break;
+    const int g = pair / half_dim, d = 2 * (pair % half_dim);
+    const float run_l = scalars[g * kScalars + 3];
+    const int64_t out_offset = row * a.out_stride_row + (first_head + g) * a.out_stride_head + d;
+    store_any(a.out, a.out_dtype, out_offset, run_l > 0.0f ? run_acc[s][0] / run_l : 0.0f);
+    store_any(a.out, a.out_dtype, out_offset + 1, run_l > 0.0f ? run_acc[s][1] / run_l : 0.0f);
+  }
+}
+
+// Block (sequence, query head): folds the unit states of decode_kernel in order (chunks into
+// partitions, partitions into the row) and writes the output.
+__global__ void __launch_bounds__(kThreads) decode_merge_kernel(AttentionArgs a, int unit_chunks, int64_t num_units,
+                                                                const float* __restrict__ partials) {
+  const int64_t seq = blockIdx.x / a.num_heads, head = blockIdx.x % a.num_heads;
+  const int64_t row = a.cu_seqlens_q[seq];
+  if (a.cu_seqlens_q[seq + 1] - row != 1) return;
+  const int64_t head_dim = a.k_layout.head_dim, state_size = head_dim + 2;
+  const DecodeKeys keys = decode_keys(a, seq, num_units * unit_chunks);
+  const float* states = partials + (row * a.num_heads + head) * num_units * state_size;
+  const int64_t out_offset = row * a.out_stride_row + head * a.out_stride_head;
+  const int64_t part_begin = keys.chunk_begin / kChunksPerPartition;
+  const int64_t part_end = (keys.chunk_end + kChunksPerPartition - 1) / kChunksPerPartition;
+  for (int64_t d = threadIdx.x; d < head_dim; d += kThreads) {
+    float run_m = -INFINITY, run_l = 0.0f, run_acc = 0.0f;
+    for (int64_t part = keys.chunk_end > keys.chunk_begin ? part_begin : part_end; part < part_end; ++part) {
+      float part_m = -INFINITY, part_l = 0.0f, part_acc = 0.0f;
+      if (unit_chunks == 1) {
+        const int64_t first = max(keys.chunk_begin, part * kChunksPerPartition);
+        const int64_t last = min(keys.chunk_end, (part + 1) * kChunksPerPartition);
+        for (int64_t chunk = first; chunk < last; ++chunk) {
+          const float* state = states + chunk * state_size;
+          const float m = state[head_dim];
+          if (m == -INFINITY) continue;
+          float run_scale, part_scale;
+          fold_scalars(part_m, part_l, m, state[head_dim + 1], run_scale, part_scale);
+          part_acc = fold_acc(part_acc, state[d], run_scale, part_scale);
+        }
+      } else {
+        const float* state = states + part * state_size;
+        part_m = state[head_dim], part_l = state[head_dim + 1], part_acc = state[d];
+      }
+      if (part_m == -INFINITY) continue;
+      float run_scale, part_scale;
+      fold_scalars(run_m, run_l, part_m, part_l, run_scale, part_scale);
+      run_acc = fold_acc(run_acc, part_acc, run_scale, part_scale);
+    }
+    store_any(a.out, a.out_dtype, out_offset + d, run_l > 0.0f ? run_acc / run_l : 0.0f);
+  }
+}
+
+template <typename T, int V>
+cudaError_t run_attention(const AttentionArgs& a, const AttentionPlan& plan, float* partials, cudaStream_t stream) {
+  const int64_t head_dim = a.k_layout.head_dim;
+  if (plan.general) {
+    // Wide loads need head_dim % V == 0 and every row start aligned to V elements (up to 16 bytes).
+    const uintptr_t align = (V * sizeof(T)) >= 16 ? 16 : V * sizeof(T);
+    const bool strides_ok = head_dim % V == 0 && a.q_stride_row % V == 0 && a.q_stride_head % V == 0 &&
+                            a.k_layout.stride_block % V == 0 && a.k_layout.stride_slot % V == 0 &&
+                            a.k_layout.stride_head % V == 0 && a.v_layout.stride_block % V == 0 &&
+                            a.v_layout.stride_slot % V == 0 && a.v_layout.stride_head % V == 0;
+    const bool vector_ok = strides_ok && reinterpret_cast<uintptr_t>(a.q) % align == 0 &&
+                           reinterpret_cast<uintptr_t>(a.k_cache) % align == 0 &&
+                           reinterpret_cast<uintptr_t>(a.v_cache) % align == 0;
+    const int num_splits = static_cast<int>(plan.splits);
+    const dim3 grid(static_cast<unsigned>(a.num_tokens * a.num_heads), static_cast<unsigned>(num_splits));
+    attention_kernel<T, V><<<grid, kThreads, 0, stream>>>(a, vector_ok, num_splits, plan.general_skips_decode, partials);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+    if (num_splits > 1) {
+      merge_kernel<<<static_cast<unsigned>(a.num_tokens * a.num_heads), kThreads, 0, stream>>>(
+          a, num_splits, plan.general_skips_decode, partials);
+      status = cudaGetLastError();
+      if (status != cudaSuccess) return status;
+    }
+  }
+  if (plan.decode_splits > 0) {
+    const int64_t smem = plan.decode_smem_bytes;
+    if (smem > 48 * 1024) {
+      static const cudaError_t attribute = cudaFuncSetAttribute(
+          decode_kernel<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
+      if (attribute != cudaSuccess) return attribute;
+    }
+    const int group = static_cast<int>(a.num_heads / a.k_layout.num_kv_heads);
+    const int row_bytes = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(T))) + 16;
+    const int num_splits = static_cast<int>(plan.decode_splits);
+    const dim3 grid(static_cast<unsigned>(a.num_seqs * a.k_layout.num_kv_heads), static_cast<unsigned>(num_splits));
+    decode_kernel<T, V><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(
+        a, group, row_bytes, num_splits, static_cast<int>(plan.decode_unit_chunks), plan.decode_units, partials);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess || num_splits <= 1) return status;
+    decode_merge_kernel<<<static_cast<unsigned>(a.num_seqs * a.num_heads), kThreads, 0, stream>>>(
+        a, static_cast<int>(plan.decode_unit_chunks), plan.decode_units, partials);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -331,17 +741,75 @@ cudaError_t launch_write_kv(DType dtype, void* k_cache, void* v_cache, CacheLayo
   });
 }
 
+AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_keys, int32_t max_seqlen_q, int num_sms) {
+  AttentionPlan plan;
+  const int64_t head_dim = a.k_layout.head_dim;
+  const int64_t row_heads = a.num_tokens * a.num_heads;
+  const int64_t num_partitions = (max_keys + kAttentionPartition - 1) / kAttentionPartition;
+  if (num_partitions >= 2 && row_heads < 2 * num_sms && num_partitions <= 65535) plan.splits = num_partitions;
+
+  // The decode kernel: 16-byte rows (cp.async), pairs of dims per thread, its shared memory.
+  static const bool enabled = [] {
+    const char* env = std::getenv("PAGELLM_CUDA_DECODE_ATTENTION");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  const int64_t elem = dtype == DType::kF32 ? 4 : 2;
+  const int64_t kv_heads = a.k_layout.num_kv_heads;
+  const int64_t group = kv_heads > 0 ? a.num_heads / kv_heads : 0;
+  const int64_t row_bytes = head_dim * elem + 16;
+  const int64_t smem = kDecodeStages * 2 * kChunk * row_bytes + group * head_dim * 4 + group * kChunk * 4 +
+                       group * kScalars * 4;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  auto strides_ok = [&](const CacheLayout& c) {
+    return (c.stride_block * elem) % 16 == 0 && (c.stride_slot * elem) % 16 == 0 && (c.stride_head * elem) % 16 == 0;
+  };
+  const bool decode_ok = enabled && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) && group > 0 && head_dim % 8 == 0 && head_dim <= 256 &&
+                         group * head_dim <= 2 * kThreads * kDecodeMaxSlots && smem <= smem_optin_limit() &&
+                         aligned(a.k_cache) && aligned(a.v_cache) && strides_ok(a.k_layout) && strides_ok(a.v_layout) &&
+                         max_keys > 0;
+  const bool decode_only = decode_ok && max_seqlen_q == 1;
+  const bool mixed = decode_ok && !decode_only && a.num_seqs >= 2;  // decode rows go to the decode kernel
+  plan.general = !decode_only;
+  plan.general_skips_decode = mixed;
+  if (plan.general && plan.splits > 1) plan.partial_floats = row_heads * plan.splits * (head_dim + 2);
+  if (!decode_only && !mixed) return plan;  // one sequence of unknown or longer q_len: the general kernel alone
+  plan.decode_smem_bytes = smem;
+  // Split the keys when (sequence, kv head) blocks alone cannot fill the GPU: aim at ~4 blocks per SM.
+  const int64_t blocks = a.num_seqs * kv_heads;
+  plan.decode_splits = 1;
+  if (blocks < 2 * num_sms) {
+    const int64_t chunks = (max_keys + kChunk - 1) / kChunk;
+    const int64_t rows = a.num_tokens * a.num_heads;
+    // States per 32-key chunk, or per partition when that scratch would pass 64 MiB.
+    // (PAGELLM_CUDA_DECODE_PARTITION_UNITS=1 forces partitions: the tests cover both.)
+    const char* force = std::getenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS");
+    const bool per_chunk = rows * chunks * (head_dim + 2) * 4 <= (int64_t{64} << 20) &&
+                           (force == nullptr || std::string_view(force) != "1");
+    plan.decode_unit_chunks = per_chunk ? 1 : kChunksPerPartition;
+    plan.decode_units = per_chunk ? chunks : (chunks + kChunksPerPartition - 1) / kChunksPerPartition;
+    const int64_t want = (4 * num_sms + blocks - 1) / blocks;
+    plan.decode_splits = std::min<int64_t>(std::min<int64_t>(want, plan.decode_units), 65535);
+  }
+  if (plan.decode_splits > 1) {
+    plan.partial_floats = std::max(plan.partial_floats, a.num_tokens * a.num_heads * plan.decode_units * (head_dim + 2));
+  } else {
+    plan.decode_units = (max_keys + kChunk - 1) / kChunk;  // bounds the keys in one pass too
+    plan.decode_unit_chunks = 1;
+  }
+  return plan;
+}
+
 // The one dispatch point: dtype and dims per lane (head_dim <= 32 * V) become template parameters.
-cudaError_t launch_attention(DType dtype, const AttentionArgs& args, int64_t num_splits, float* partials,
+cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream) {
   if (args.num_tokens * args.num_heads == 0) return cudaSuccess;
   const int64_t head_dim = args.k_layout.head_dim;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
-    if (head_dim <= 32) return run_attention<T, 1>(args, num_splits, partials, stream);
-    if (head_dim <= 64) return run_attention<T, 2>(args, num_splits, partials, stream);
-    if (head_dim <= 128) return run_attention<T, 4>(args, num_splits, partials, stream);
-    if (head_dim <= 256) return run_attention<T, 8>(args, num_splits, partials, stream);
+    if (head_dim <= 32) return run_attention<T, 1>(args, plan, partials, stream);
+    if (head_dim <= 64) return run_attention<T, 2>(args, plan, partials, stream);
+    if (head_dim <= 128) return run_attention<T, 4>(args, plan, partials, stream);
+    if (head_dim <= 256) return run_attention<T, 8>(args, plan, partials, stream);
     return cudaErrorInvalidValue;
   });
 }

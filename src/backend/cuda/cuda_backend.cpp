@@ -398,25 +398,21 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   a.window = params.sliding_window > 0 ? params.sliding_window : 0;
   if (a.num_seqs == 0 || a.num_tokens == 0) return;
 
-  // Split the keys ("flash-decoding") when the rows alone cannot fill the GPU. The longest context
-  // is bounded by the block table's width (and by the max_seqlen_k hint when given); partitions
-  // past a row's context cost one empty block each.
+  // The plan (split counts, which kernels) depends on shapes and hints only. The longest context
+  // is bounded by the block table's width (and by the max_seqlen_k hint when given).
   int64_t max_keys = tables.size(1) * a.k_layout.block_size;
   if (params.max_seqlen_k > 0) max_keys = std::min<int64_t>(max_keys, params.max_seqlen_k);
-  const int64_t num_partitions = (max_keys + cuda::kAttentionPartition - 1) / cuda::kAttentionPartition;
-  const int64_t row_heads = a.num_tokens * a.num_heads;
-  int64_t num_splits = 1;
-  if (num_partitions >= 2 && row_heads < 2 * num_sms_ && num_partitions <= 65535) num_splits = num_partitions;
+  const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_);
   float* partials = nullptr;
-  if (num_splits > 1) {
-    const int64_t floats = row_heads * num_splits * (head_dim + 2);
+  if (plan.partial_floats > 0) {
+    const int64_t floats = plan.partial_floats;
     if (!attention_partials_.defined() || attention_partials_.numel() < floats) {
       if (attention_partials_.defined()) retired_.push_back(std::move(attention_partials_));
       attention_partials_ = alloc({std::max<int64_t>(floats, int64_t{1} << 20)}, DType::kF32);
     }
     partials = attention_partials_.ptr<float>();
   }
-  CUDA_CHECK(cuda::launch_attention(q.dtype, a, num_splits, partials, stream()));
+  CUDA_CHECK(cuda::launch_attention(q.dtype, a, plan, partials, stream()));
 }
 
 void CudaBackend::argmax(TensorView ids, const TensorView& logits) {

@@ -109,11 +109,32 @@ struct AttentionArgs {
 // 128: at batch 1 a 1,024-key context splits into 8 partitions per head (128 blocks) rather than 4.
 inline constexpr int64_t kAttentionPartition = 128;
 
-// Runs the attention. With num_splits > 1 ("flash-decoding"), block (row, head, split) computes only
-// partition `split` into `partials` ([T * num_heads, num_splits, head_dim + 2] floats) and a second
-// kernel folds them; with num_splits == 1 each block folds all partitions itself. Both routes do the
-// same arithmetic in the same order, so results do not depend on the split.
-cudaError_t launch_attention(DType dtype, const AttentionArgs& args, int64_t num_splits, float* partials,
+// How launch_attention runs one call, planned on the host from shapes and hints alone (so a CUDA
+// graph of a decode step replays the same launches). Two kernels share the work:
+//  - the general kernel (any q_len): block (row, query head[, split]); with splits > 1
+//    ("flash-decoding"), block (row, head, split) computes only partition `split` and a second kernel
+//    folds them in order;
+//  - the decode kernel (sequences with q_len == 1): block (sequence, kv head[, split]) serves every
+//    query head of the kv head's GQA group from one read of each K/V chunk; with decode_splits > 1 each
+//    block covers a range of units (decode_unit_chunks chunks of 32 keys) and writes one state per unit,
+//    folded in order by a merge kernel.
+// Every route folds the same 32-key chunk states in the same order with the same arithmetic, so a
+// row's output does not depend on the plan (batch invariance, bitwise).
+struct AttentionPlan {
+  bool general = true;               // launch the general kernel
+  bool general_skips_decode = false;  // ... leaving sequences with q_len == 1 to the decode kernel
+  int64_t splits = 1;                 // general kernel
+  int64_t decode_splits = 0;          // 0: no decode kernel
+  int64_t decode_unit_chunks = 1;     // 1 or 4 (a partition)
+  int64_t decode_units = 0;           // unit states per (row, head) in `partials`
+  int64_t decode_smem_bytes = 0;
+  int64_t partial_floats = 0;         // scratch `partials` must hold
+};
+// max_keys: the longest context any row may have (block-table width, or the max_seqlen_k hint);
+// max_seqlen_q: the hint (0 = unknown). PAGELLM_CUDA_DECODE_ATTENTION=0 turns the decode kernel off.
+AttentionPlan plan_attention(DType dtype, const AttentionArgs& args, int64_t max_keys, int32_t max_seqlen_q,
+                             int num_sms);
+cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream);
 
 }  // namespace pagellm::cuda
