@@ -22,7 +22,7 @@ struct HttpResult {
 };
 
 // Opens a TCP connection to 127.0.0.1:port; -1 on failure.
-int connect_local(int port, int timeout_ms = 5000);
+int connect_local(int port, int timeout_ms = 30000);
 bool send_all(int fd, const std::string& data);
 
 // Sends `raw` as is and reads the whole response (until the server closes or the body is complete).
@@ -35,7 +35,7 @@ HttpResult http_post_json(int port, const std::string& path, const nlohmann::jso
 // A streaming POST: `on_event` gets each SSE data payload ("{...}" or "[DONE]") as it arrives and
 // returns false to hang up at once. The result's body holds the raw de-chunked stream.
 HttpResult http_post_stream(int port, const std::string& path, const nlohmann::json& body,
-                            const std::function<bool(const std::string& data)>& on_event, int timeout_ms = 120000);
+                            const std::function<bool(const std::string& data)>& on_event, int timeout_ms = 300000);
 
 // Splits an SSE byte stream into its data payloads; false if framing is broken (a line that is not
 // "data: ..." or an event not ended by a blank line).
