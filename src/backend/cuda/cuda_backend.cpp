@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -134,6 +135,17 @@ class CudaBackend final : public Backend {
                              const TensorView& k_norm, float eps, NormWeight mode, const TensorView& positions,
                              const TensorView& inv_freq, float attention_scaling, TensorView k_cache,
                              TensorView v_cache, const TensorView& slot_mapping) override;
+  // Hybrid models (gdn.cu).
+  void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
+                  const GdnParams& params) override;
+  void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& a, const TensorView& b, const TensorView& A_log, const TensorView& dt_bias,
+                      TensorView state, const GdnParams& params) override;
+  void gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
+                      float eps) override;
+  void sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) override;
+  void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
+                       const TensorView& weights) override;
 
  private:
   cudaStream_t stream() const { return stream_.get(); }
@@ -502,6 +514,119 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
   a.v_cache = v_cache.data;
   a.slot_mapping = slot_mapping.ptr<int64_t>();
   CUDA_CHECK(cuda::launch_qk_norm_rope_write_kv(q.dtype, a, stream()));
+}
+
+// ----- hybrid models ---------------------------------------------------------------------------
+
+cuda::GdnSeqs gdn_seqs(const GdnParams& params, int64_t num_slots, const char* op) {
+  cuda::GdnSeqs seqs;
+  seqs.num_seqs = params.state_slots.numel();
+  check_index_vector(params.cu_seqlens_q, DType::kI32, seqs.num_seqs + 1, op, "cu_seqlens_q");
+  check_index_vector(params.state_slots, DType::kI32, seqs.num_seqs, op, "state_slots");
+  seqs.cu_seqlens_q = params.cu_seqlens_q.ptr<int32_t>();
+  seqs.state_slots = params.state_slots.ptr<int32_t>();
+  seqs.num_slots = num_slots;
+  return seqs;
+}
+
+void CudaBackend::gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
+                             const GdnParams& params) {
+  const char* op = "gdn_conv1d";
+  CHECK_MSG(x.ndim() == 2 && out.ndim() == 2 && weight.ndim() == 2 && conv_state.ndim() == 3 &&
+                conv_state.is_contiguous() && weight.is_contiguous(),
+            "[cuda] {}: x{} weight{} conv_state{} out{}", op, x.shape.to_string(), weight.shape.to_string(),
+            conv_state.shape.to_string(), out.shape.to_string());
+  const int64_t channels = x.size(1), kernel = weight.size(1);
+  CHECK_MSG(weight.size(0) == channels && out.shape == x.shape && conv_state.size(1) == channels &&
+                conv_state.size(2) == kernel - 1 && kernel >= 2 && kernel <= cuda::kMaxGdnConvKernel,
+            "[cuda] {}: x{} weight{} conv_state{} out{} (kernel 2..{})", op, x.shape.to_string(),
+            weight.shape.to_string(), conv_state.shape.to_string(), out.shape.to_string(), cuda::kMaxGdnConvKernel);
+  check_dtype(out, x.dtype, op, "out");
+  check_dtype(weight, x.dtype, op, "weight");
+  check_dtype(conv_state, x.dtype, op, "conv_state");
+  CHECK_MSG(is_float(x.dtype) && conv_state.device == Device::kCuda && weight.device == Device::kCuda,
+            "[cuda] {}: float operands on the GPU", op);
+  CHECK_MSG(out.data != x.data, "[cuda] {}: out must not alias x", op);
+  const cuda::GdnSeqs seqs = gdn_seqs(params, conv_state.size(0), op);
+  CUDA_CHECK(cuda::launch_gdn_conv1d(x.dtype, rows_of(out, op, "out"), rows_of(x, op, "x"), weight.data,
+                                     conv_state.data, seqs, channels, kernel, stream()));
+}
+
+void CudaBackend::gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& a, const TensorView& b, const TensorView& A_log,
+                                 const TensorView& dt_bias, TensorView state, const GdnParams& params) {
+  const char* op = "gdn_delta_rule";
+  const bool ok = q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && out.shape == v.shape &&
+                  v.size(0) == q.size(0) && a.ndim() == 2 && b.ndim() == 2 && a.size(0) == q.size(0) &&
+                  b.size(0) == q.size(0) && a.size(1) == v.size(1) && b.size(1) == v.size(1) &&
+                  state.ndim() == 4 && state.dtype == DType::kF32 && state.is_contiguous() &&
+                  state.size(1) == v.size(1) && state.size(2) == q.size(2) && state.size(3) == v.size(2) &&
+                  q.size(1) > 0 && v.size(1) % q.size(1) == 0 && q.size(2) <= cuda::kMaxGdnHeadDim;
+  CHECK_MSG(ok, "[cuda] {}: q{} k{} v{} a{} b{} state{} out{} (dk at most {})", op, q.shape.to_string(),
+            k.shape.to_string(), v.shape.to_string(), a.shape.to_string(), b.shape.to_string(),
+            state.shape.to_string(), out.shape.to_string(), cuda::kMaxGdnHeadDim);
+  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v, &a, &b, &out})
+    check_dtype(*t, q.dtype, op, "operand");
+  CHECK_MSG(is_float(q.dtype) && state.device == Device::kCuda, "[cuda] {}: float operands, state on the GPU", op);
+  const int64_t hv = v.size(1);
+  check_index_vector(A_log, DType::kF32, hv, op, "A_log");
+  check_index_vector(dt_bias, DType::kF32, hv, op, "dt_bias");
+  cuda::GdnDeltaArgs args;
+  args.q = rows_of(q, op, "q");
+  args.k = rows_of(k, op, "k");
+  args.v = rows_of(v, op, "v");
+  args.a = rows_of(a, op, "a");
+  args.b = rows_of(b, op, "b");
+  args.out = rows_of(out, op, "out");
+  args.a_log = A_log.ptr<float>();
+  args.dt_bias = dt_bias.ptr<float>();
+  args.state = state.ptr<float>();
+  args.seqs = gdn_seqs(params, state.size(0), op);
+  args.num_k_heads = q.size(1);
+  args.num_v_heads = hv;
+  args.dk = q.size(2);
+  args.dv = v.size(2);
+  args.q_scale = 1.0f / std::sqrt(static_cast<float>(args.dk));
+  // params.algo: the recurrent kernel serves every length (the chunked form agrees to f32 rounding).
+  CUDA_CHECK(cuda::launch_gdn_delta_rule(q.dtype, args, stream()));
+}
+
+void CudaBackend::gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
+                                 float eps) {
+  const char* op = "gated_rms_norm";
+  const cuda::Rows in = rows_of(x, op, "x"), gate = rows_of(z, op, "z"), dst = rows_of(out, op, "out");
+  check_same_rows(in, gate, op);
+  check_same_rows(in, dst, op);
+  check_dtype(z, x.dtype, op, "z");
+  check_dtype(out, x.dtype, op, "out");
+  check_dtype(w, x.dtype, op, "w");
+  CHECK_MSG(is_float(x.dtype) && w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
+            "[cuda] {}: w{} does not match rows of {}", op, w.shape.to_string(), in.row_size);
+  CUDA_CHECK(cuda::launch_gated_rms_norm(x.dtype, dst, in, gate, w.data, eps, stream()));
+}
+
+void CudaBackend::sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) {
+  const char* op = "sigmoid_mul";
+  const cuda::Rows in = rows_of(x, op, "x"), g = rows_of(gate, op, "gate"), dst = rows_of(out, op, "out");
+  check_same_rows(in, dst, op);
+  CHECK_MSG(g.num_rows == in.num_rows && (g.row_size == in.row_size || g.row_size == 1),
+            "[cuda] {}: x{} gate{}", op, x.shape.to_string(), gate.shape.to_string());
+  check_dtype(gate, x.dtype, op, "gate");
+  check_dtype(out, x.dtype, op, "out");
+  CHECK_MSG(is_float(x.dtype), "[cuda] {}: dtype {}", op, dtype_name(x.dtype));
+  CUDA_CHECK(cuda::launch_sigmoid_mul(x.dtype, dst, in, g, stream()));
+}
+
+void CudaBackend::add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
+                                  const TensorView& weights) {
+  const char* op = "add_rows_scaled";
+  const cuda::Rows in = rows_of(x, op, "x"), dst = rows_of(out, op, "out");
+  CHECK_MSG(dst.row_size == in.row_size, "[cuda] {}: x{} out{}", op, x.shape.to_string(), out.shape.to_string());
+  check_index_vector(row_ids, DType::kI32, in.num_rows, op, "row_ids");
+  check_index_vector(weights, DType::kF32, in.num_rows, op, "weights");
+  check_dtype(out, x.dtype, op, "out");
+  CHECK_MSG(is_float(x.dtype), "[cuda] {}: dtype {}", op, dtype_name(x.dtype));
+  CUDA_CHECK(cuda::launch_add_rows_scaled(x.dtype, dst, in, row_ids.ptr<int32_t>(), weights.ptr<float>(), stream()));
 }
 
 }  // namespace

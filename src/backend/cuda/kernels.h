@@ -137,4 +137,43 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& args, int64_t max
 cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream);
 
+// ----- gdn.cu (hybrid models; backend.h documents each op) ------------------------------------
+
+// The varlen batch of the GDN ops: [num_seqs + 1] and [num_seqs] i32 on the device; slots must lie
+// in [0, num_slots) (a kernel traps otherwise).
+struct GdnSeqs {
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* state_slots = nullptr;
+  int64_t num_seqs = 0, num_slots = 0;
+};
+
+// Causal depthwise conv1d + SiLU with its rolling state: x, out [T, channels] rows (out must not
+// alias x), weight [channels, kernel] and conv_state [num_slots, channels, kernel - 1] contiguous.
+inline constexpr int64_t kMaxGdnConvKernel = 8;
+cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight, void* conv_state, GdnSeqs seqs,
+                              int64_t channels, int64_t kernel, cudaStream_t stream);
+
+// The gated delta rule (recurrent form for every length): q, k rows of [T, Hk, dk], v and out rows
+// of [T, Hv, dv], a and b rows of [T, Hv]; A_log, dt_bias [Hv] f32; state [num_slots, Hv, dk, dv] f32.
+inline constexpr int64_t kMaxGdnHeadDim = 256;  // dk; dv is free
+struct GdnDeltaArgs {
+  Rows q, k, v, a, b, out;
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+  float* state = nullptr;
+  GdnSeqs seqs;
+  int64_t num_k_heads = 0, num_v_heads = 0, dk = 0, dv = 0;
+  float q_scale = 1.0f;
+};
+cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStream_t stream);
+
+// out = cast(cast(w * cast(x * rsqrt(mean(x^2) + eps))) * silu(z)) per row; w [row_size].
+cudaError_t launch_gated_rms_norm(DType dtype, Rows out, Rows x, Rows z, const void* w, float eps,
+                                  cudaStream_t stream);
+// out = x * cast(sigmoid(gate)); gate rows have x's row_size or 1.
+cudaError_t launch_sigmoid_mul(DType dtype, Rows out, Rows x, Rows gate, cudaStream_t stream);
+// out[row_ids[i]] = cast(out[row_ids[i]] + cast(weights[i] * x[i])) for i in order.
+cudaError_t launch_add_rows_scaled(DType dtype, Rows out, Rows x, const int32_t* row_ids, const float* weights,
+                                   cudaStream_t stream);
+
 }  // namespace pagellm::cuda

@@ -1,0 +1,296 @@
+// The CUDA hybrid-model ops (backend/cuda/gdn.cu) against their CPU twins on random data: gdn_conv1d
+// and gdn_delta_rule over varlen batches of new (zeroed slot) and continuing sequences, Hv/Hk of 1
+// and 2 (and 3), dk = dv in {16, 128} (and 48/40, off the warp width), K = 4, strided inputs as the
+// model passes them; gated_rms_norm, sigmoid_mul (full-width and per-row gates), add_rows_scaled
+// (a row named twice). f32 near-exact, bf16 within a few ulps. Outputs are poisoned (NaN) before each
+// GPU run. Skips, with the reason, where there is no GPU or no CUDA build.
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cuda_test_util.h"
+
+namespace pagellm::cuda_test {
+namespace {
+
+using attention_test::fill_nan;
+
+const DType kFloatTypes[] = {DType::kF32, DType::kBF16};
+
+Tensor poisoned(Backend& gpu, Shape shape, DType dtype) {
+  Tensor host = Tensor::cpu(shape, dtype);
+  fill_nan(host);
+  return to_device(gpu, host.view());
+}
+
+Tensor i32_tensor(const std::vector<int32_t>& values) {
+  Tensor t = Tensor::cpu({static_cast<int64_t>(values.size())}, DType::kI32);
+  std::copy(values.begin(), values.end(), t.ptr<int32_t>());
+  return t;
+}
+
+Tensor f32_tensor(const std::vector<float>& values) {
+  Tensor t = Tensor::cpu({static_cast<int64_t>(values.size())}, DType::kF32);
+  std::copy(values.begin(), values.end(), t.ptr<float>());
+  return t;
+}
+
+// Columns [first, first + heads * dim) of a row-major [T, width] buffer as [T, heads, dim].
+TensorView heads_of(const TensorView& buffer, int64_t first, int64_t heads, int64_t dim, int64_t head_stride = 0) {
+  TensorView v = buffer;
+  v.data = static_cast<char*>(buffer.data) + static_cast<size_t>(first) * dtype_size_bytes(buffer.dtype);
+  v.shape = Shape{buffer.size(0), heads, dim};
+  v.strides = {buffer.strides[0], head_stride > 0 ? head_stride : dim, 1, 0};
+  return v;
+}
+
+// Columns [first, first + n) of a row-major [T, width] buffer as [T, n].
+TensorView columns_of(const TensorView& buffer, int64_t first, int64_t n) {
+  TensorView v = buffer;
+  v.data = static_cast<char*>(buffer.data) + static_cast<size_t>(first) * dtype_size_bytes(buffer.dtype);
+  v.shape = Shape{buffer.size(0), n};
+  v.strides = {buffer.strides[0], 1, 0, 0};
+  return v;
+}
+
+// A varlen batch: sequences of `lengths` tokens in `slots` of num_slots; the new ones start from a
+// zeroed slot, the others continue from random state.
+struct Batch {
+  std::vector<int32_t> lengths, slots, cu;
+  std::vector<bool> is_new;
+  int64_t num_slots = 8;
+  Batch(std::vector<int32_t> lens, std::vector<int32_t> slot_ids, std::vector<bool> fresh)
+      : lengths(std::move(lens)), slots(std::move(slot_ids)), is_new(std::move(fresh)) {
+    cu.push_back(0);
+    for (int32_t n : lengths) cu.push_back(cu.back() + n);
+  }
+  int64_t num_tokens() const { return cu.back(); }
+  // A state tensor [num_slots, per_slot...] of random values, zeroed in the new sequences' slots.
+  Tensor state(Shape shape, DType dtype, Rng& rng, float scale) const {
+    Tensor t = random_tensor(shape, dtype, rng, -scale, scale);
+    const int64_t per_slot = t.numel() / shape[0];
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (is_new[s])
+        std::memset(t.ptr<char>() + static_cast<size_t>(slots[s] * per_slot) * dtype_size_bytes(dtype), 0,
+                    static_cast<size_t>(per_slot) * dtype_size_bytes(dtype));
+    return t;
+  }
+};
+
+const Batch& mixed_batch() {  // prefill, decode, a 0-token row, a chunk longer than 64
+  static const Batch b({1, 5, 1, 70, 0, 3, 17}, {3, 0, 6, 1, 7, 4, 2}, {false, true, false, true, false, false, true});
+  return b;
+}
+const Batch& decode_batch() {
+  static const Batch b({1, 1, 1, 1, 1}, {5, 0, 2, 7, 3}, {false, true, false, false, true});
+  return b;
+}
+
+struct GpuParams {
+  Tensor cu, slots;
+  GdnParams params;
+  GpuParams(Backend& gpu, const Batch& b) {
+    cu = to_device(gpu, i32_tensor(b.cu).view());
+    slots = to_device(gpu, i32_tensor(b.slots).view());
+    params.cu_seqlens_q = cu.view();
+    params.state_slots = slots.view();
+  }
+};
+
+GdnParams cpu_params(const Tensor& cu, const Tensor& slots) { return GdnParams{cu.view(), slots.view(), 0, GdnAlgo::kAuto}; }
+
+// ----- gdn_conv1d ---------------------------------------------------------------------------------
+
+TEST(CudaGdn, Conv1dMatchesCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  constexpr int64_t kKernel = 4;
+  for (const Batch* batch : {&mixed_batch(), &decode_batch()}) {
+    for (DType dtype : kFloatTypes) {
+      for (int64_t channels : {int64_t{96}, int64_t{2 * 2 * 128 + 4 * 128}, int64_t{300}}) {
+        SCOPED_TRACE(fmt::format("{} channels {} tokens {}", dtype_name(dtype), channels, batch->num_tokens()));
+        Rng rng(static_cast<uint64_t>(channels) * 31 + batch->num_tokens());
+        const int64_t t = batch->num_tokens(), width = channels + 24;
+        const Tensor in_proj = random_tensor({t, width}, dtype, rng, -2.0f, 2.0f);  // x = columns [8, 8 + C)
+        const Tensor weight = random_tensor({channels, kKernel}, dtype, rng, -0.6f, 0.6f);
+        const Tensor state0 = batch->state({batch->num_slots, channels, kKernel - 1}, dtype, rng, 2.0f);
+        const Tensor cu = i32_tensor(batch->cu), slots = i32_tensor(batch->slots);
+
+        Tensor want_out = Tensor::cpu({t, channels}, dtype);
+        Tensor want_state = converted(state0, dtype);
+        cpu.gdn_conv1d(want_out.view(), columns_of(in_proj.view(), 8, channels), weight.view(), want_state.view(),
+                       cpu_params(cu, slots));
+
+        GpuParams p(*gpu, *batch);
+        Tensor d_in = to_device(*gpu, in_proj.view()), d_weight = to_device(*gpu, weight.view());
+        Tensor d_state = to_device(*gpu, state0.view());
+        Tensor d_out = poisoned(*gpu, {t, channels}, dtype);
+        gpu->gdn_conv1d(d_out.view(), columns_of(d_in.view(), 8, channels), d_weight.view(), d_state.view(), p.params);
+        const Tol tol = dtype == DType::kF32 ? ulps(dtype, 4, 1e-6) : ulps(dtype, 2, 1e-3);
+        EXPECT_EQ(compare_tensors(want_out, to_host(*gpu, d_out.view()), tol.rel, tol.abs), "") << "out";
+        EXPECT_EQ(compare_tensors(want_state, to_host(*gpu, d_state.view()), 0, 0), "") << "conv_state";
+      }
+    }
+  }
+}
+
+// ----- gdn_delta_rule -----------------------------------------------------------------------------
+
+struct DeltaShape {
+  int64_t hk, hv, dk, dv;
+};
+
+TEST(CudaGdn, DeltaRuleMatchesCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  const DeltaShape shapes[] = {{2, 2, 16, 16}, {2, 4, 16, 16}, {2, 2, 128, 128}, {2, 4, 128, 128}, {1, 3, 48, 40}};
+  for (const Batch* batch : {&mixed_batch(), &decode_batch()}) {
+    for (const DeltaShape& s : shapes) {
+      for (DType dtype : kFloatTypes) {
+        SCOPED_TRACE(fmt::format("{} Hk {} Hv {} dk {} dv {} tokens {}", dtype_name(dtype), s.hk, s.hv, s.dk, s.dv,
+                                 batch->num_tokens()));
+        Rng rng(static_cast<uint64_t>(s.hk * 1000 + s.hv * 100 + s.dk + batch->num_tokens()));
+        const int64_t t = batch->num_tokens(), key_dim = s.hk * s.dk, value_dim = s.hv * s.dv;
+        // The model's layout: conv output [T, q | k | v], in_proj [T, ... | b | a].
+        const Tensor conv = random_tensor({t, 2 * key_dim + value_dim}, dtype, rng, -1.0f, 1.0f);
+        const Tensor ab = random_tensor({t, 8 + 2 * s.hv}, dtype, rng, -2.5f, 2.5f);
+        std::vector<float> a_log, dt_bias;
+        for (int64_t h = 0; h < s.hv; ++h) {
+          a_log.push_back(rng.uniform(-0.5f, 1.5f));
+          dt_bias.push_back(rng.uniform(0.0f, 2.0f));
+        }
+        const Tensor a_log_t = f32_tensor(a_log), dt_bias_t = f32_tensor(dt_bias);
+        const Tensor state0 = batch->state({batch->num_slots, s.hv, s.dk, s.dv}, DType::kF32, rng, 0.3f);
+        const Tensor cu = i32_tensor(batch->cu), slots = i32_tensor(batch->slots);
+        auto run = [&](Backend& backend, const TensorView& conv_v, const TensorView& ab_v, const TensorView& alog_v,
+                       const TensorView& dtb_v, TensorView state, TensorView out, const GdnParams& params) {
+          backend.gdn_delta_rule(out, heads_of(conv_v, 0, s.hk, s.dk), heads_of(conv_v, key_dim, s.hk, s.dk),
+                                 heads_of(conv_v, 2 * key_dim, s.hv, s.dv), columns_of(ab_v, 8 + s.hv, s.hv),
+                                 columns_of(ab_v, 8, s.hv), alog_v, dtb_v, state, params);
+        };
+        Tensor want_out = Tensor::cpu({t, s.hv, s.dv}, dtype);
+        Tensor want_state = converted(state0, DType::kF32);
+        run(cpu, conv.view(), ab.view(), a_log_t.view(), dt_bias_t.view(), want_state.view(), want_out.view(),
+            cpu_params(cu, slots));
+
+        GpuParams p(*gpu, *batch);
+        Tensor d_conv = to_device(*gpu, conv.view()), d_ab = to_device(*gpu, ab.view());
+        Tensor d_alog = to_device(*gpu, a_log_t.view()), d_dtb = to_device(*gpu, dt_bias_t.view());
+        Tensor d_state = to_device(*gpu, state0.view());
+        Tensor d_out = poisoned(*gpu, {t, s.hv, s.dv}, dtype);
+        run(*gpu, d_conv.view(), d_ab.view(), d_alog.view(), d_dtb.view(), d_state.view(), d_out.view(), p.params);
+        const Tol tol = dtype == DType::kF32 ? Tol{1e-4, 2e-5} : ulps(dtype, 2, 1e-4);
+        EXPECT_EQ(compare_tensors(want_out, to_host(*gpu, d_out.view()), tol.rel, tol.abs), "") << "out";
+        EXPECT_EQ(compare_tensors(want_state, to_host(*gpu, d_state.view()), 1e-4, 2e-5), "") << "state";
+      }
+    }
+  }
+}
+
+// A sequence split over several calls (chunked prefill, then decode) ends where one call ends.
+TEST(CudaGdn, DeltaRuleCarriesTheStateAcrossCalls) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 128, t = 40;
+  Rng rng(77);
+  const Tensor q = random_tensor({t, hk, dk}, DType::kF32, rng), k = random_tensor({t, hk, dk}, DType::kF32, rng);
+  const Tensor v = random_tensor({t, hv, dv}, DType::kF32, rng);
+  const Tensor a = random_tensor({t, hv}, DType::kF32, rng, -2, 2), b = random_tensor({t, hv}, DType::kF32, rng, -2, 2);
+  const Tensor a_log = random_tensor({hv}, DType::kF32, rng, 0, 1), dt_bias = random_tensor({hv}, DType::kF32, rng, 0, 1);
+  Tensor dq = to_device(*gpu, q.view()), dk_ = to_device(*gpu, k.view()), dv_ = to_device(*gpu, v.view());
+  Tensor da = to_device(*gpu, a.view()), db = to_device(*gpu, b.view());
+  Tensor dal = to_device(*gpu, a_log.view()), ddt = to_device(*gpu, dt_bias.view());
+  auto run = [&](const std::vector<int64_t>& pieces) {
+    Tensor state = gpu->alloc({2, hv, dk, dv}, DType::kF32);
+    Tensor out = gpu->alloc({t, hv, dv}, DType::kF32);
+    int64_t at = 0;
+    for (int64_t n : pieces) {
+      GpuParams p(*gpu, Batch({static_cast<int32_t>(n)}, {1}, {at == 0}));
+      gpu->gdn_delta_rule(out.view().slice_rows(at, at + n), dq.view().slice_rows(at, at + n),
+                          dk_.view().slice_rows(at, at + n), dv_.view().slice_rows(at, at + n),
+                          da.view().slice_rows(at, at + n), db.view().slice_rows(at, at + n), dal.view(), ddt.view(),
+                          state.view(), p.params);
+      at += n;
+    }
+    return std::make_pair(to_host(*gpu, out.view()), to_host(*gpu, state.view()));
+  };
+  const auto whole = run({t});
+  const auto pieces = run({1, 7, 20, 1, 1, 10});
+  EXPECT_EQ(compare_tensors(whole.first, pieces.first, 0, 0), "");
+  EXPECT_EQ(compare_tensors(whole.second, pieces.second, 0, 0), "");
+}
+
+// ----- gated_rms_norm, sigmoid_mul, add_rows_scaled ---------------------------------------------
+
+TEST(CudaGdn, GatedRmsNormMatchesCpuInPlace) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  for (DType dtype : kFloatTypes) {
+    for (int64_t dv : {int64_t{16}, int64_t{128}}) {
+      SCOPED_TRACE(fmt::format("{} dv {}", dtype_name(dtype), dv));
+      Rng rng(static_cast<uint64_t>(dv));
+      const int64_t t = 37, hv = 4;
+      const Tensor x = random_tensor({t, hv, dv}, dtype, rng, -3, 3);
+      const Tensor zbuf = random_tensor({t, 8 + hv * dv}, dtype, rng, -4, 4);
+      const Tensor w = random_tensor({dv}, dtype, rng, 0.5f, 1.5f);
+      Tensor want = Tensor::cpu({t, hv, dv}, dtype);
+      cpu.gated_rms_norm(want.view(), x.view(), heads_of(zbuf.view(), 8, hv, dv), w.view(), 1e-6f);
+      Tensor dx = to_device(*gpu, x.view()), dz = to_device(*gpu, zbuf.view()), dw = to_device(*gpu, w.view());
+      gpu->gated_rms_norm(dx.view(), dx.view(), heads_of(dz.view(), 8, hv, dv), dw.view(), 1e-6f);
+      const Tol tol = dtype == DType::kF32 ? ulps(dtype, 8, 1e-6) : ulps(dtype, 3, 1e-6);
+      EXPECT_EQ(compare_tensors(want, to_host(*gpu, dx.view()), tol.rel, tol.abs), "");
+    }
+  }
+}
+
+TEST(CudaGdn, SigmoidMulMatchesCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Rng rng(5);
+    const int64_t t = 19, nh = 3, hd = 64;
+    // Gated attention: q and gate interleaved per head in one [T, 2 nH hd] buffer; out separate.
+    const Tensor qg = random_tensor({t, 2 * nh * hd}, dtype, rng, -4, 4);
+    const Tensor x = random_tensor({t, nh, hd}, dtype, rng, -2, 2);
+    Tensor want = Tensor::cpu({t, nh, hd}, dtype);
+    cpu.sigmoid_mul(want.view(), x.view(), heads_of(qg.view(), hd, nh, hd, 2 * hd));
+    Tensor dqg = to_device(*gpu, qg.view()), dx = to_device(*gpu, x.view());
+    Tensor dout = poisoned(*gpu, {t, nh, hd}, dtype);
+    gpu->sigmoid_mul(dout.view(), dx.view(), heads_of(dqg.view(), hd, nh, hd, 2 * hd));
+    const Tol tol = ulps(dtype, 2, 1e-6);
+    EXPECT_EQ(compare_tensors(want, to_host(*gpu, dout.view()), tol.rel, tol.abs), "") << "full-width gate";
+
+    // The shared expert: one gate per row, in place.
+    const Tensor y = random_tensor({t, 200}, dtype, rng, -2, 2), gate = random_tensor({t, 1}, dtype, rng, -4, 4);
+    Tensor want_y = converted(y, dtype);
+    cpu.sigmoid_mul(want_y.view(), want_y.view(), gate.view());
+    Tensor dy = to_device(*gpu, y.view()), dgate = to_device(*gpu, gate.view());
+    gpu->sigmoid_mul(dy.view(), dy.view(), dgate.view());
+    EXPECT_EQ(compare_tensors(want_y, to_host(*gpu, dy.view()), tol.rel, tol.abs), "") << "per-row gate";
+  }
+}
+
+TEST(CudaGdn, AddRowsScaledMatchesCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Rng rng(9);
+    const int64_t rows = 10, h = 300;
+    const Tensor out0 = random_tensor({rows, h}, dtype, rng), x = random_tensor({7, h}, dtype, rng, -3, 3);
+    const Tensor ids = i32_tensor({3, 0, 3, 9, 1, 3, 5});  // row 3 three times, in order
+    const Tensor weights = f32_tensor({0.5f, 0.25f, 0.125f, 0.9f, 0.3f, 0.7f, 0.01f});
+    Tensor want = converted(out0, dtype);
+    cpu.add_rows_scaled(want.view(), x.view(), ids.view(), weights.view());
+    Tensor dout = to_device(*gpu, out0.view()), dx = to_device(*gpu, x.view());
+    Tensor dids = to_device(*gpu, ids.view()), dw = to_device(*gpu, weights.view());
+    gpu->add_rows_scaled(dout.view(), dx.view(), dids.view(), dw.view());
+    EXPECT_EQ(compare_tensors(want, to_host(*gpu, dout.view()), 0, 0), "");
+  }
+}
+
+}  // namespace
+}  // namespace pagellm::cuda_test
