@@ -1,7 +1,9 @@
-// Qwen3 on the CPU backend against fixtures written by transformers (tools/hf_golden.py, see
-// tests/golden/qwen3/README.md): f32 checkpoints must give the same greedy tokens and logits within
-// 1e-4 relative; bf16 checkpoints the same greedy tokens while the oracle's margin is clear, and
+// Qwen3 on every backend of this build (CPU; CUDA where built and a GPU is present) against fixtures
+// written by transformers (tools/hf_golden.py, see tests/golden/qwen3/README.md): f32 checkpoints
+// must give the same greedy tokens and logits within 1e-4 relative (the CUDA backend runs f32 GEMMs
+// without TF32); bf16 checkpoints the same greedy tokens while the oracle's margin is clear, and
 // logits within a bf16 tolerance.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,13 +37,29 @@ nlohmann::json read_json(const fs::path& path) {
   return nlohmann::json::parse(in);
 }
 
-class Qwen3Golden : public ::testing::TestWithParam<std::string> {};
+struct GoldenCase {
+  std::string device;
+  std::string fixture;
+};
+
+std::vector<GoldenCase> cases_on(const std::string& device) {
+  std::vector<GoldenCase> cases;
+  for (const std::string& name : fixture_names()) cases.push_back({device, name});
+  return cases;
+}
+
+class Qwen3Golden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(Qwen3Golden, MatchesTransformers) {
-  const fs::path dir = kFixtures / GetParam();
+  const std::string& device = GetParam().device;
+  const std::string& fixture = GetParam().fixture;
+  const std::vector<std::string> built = available_backends();
+  if (std::find(built.begin(), built.end(), device) == built.end()) GTEST_SKIP() << "built without " << device;
+  const fs::path dir = kFixtures / fixture;
   const nlohmann::json expected = read_json(dir / "expected.json");
   const bool is_f32 = expected["dtype"] == "float32";
-  auto backend = make_backend("cpu");
+  auto backend = make_backend(device);
+  if (!backend.has_value() && device != "cpu") GTEST_SKIP() << "no " << device << " device: " << backend.status().message();
   ASSERT_TRUE(backend.has_value()) << backend.status().message();
   auto model = load_model(dir.string(), **backend);
   ASSERT_TRUE(model.has_value()) << model.status().message();
@@ -80,13 +98,15 @@ TEST_P(Qwen3Golden, MatchesTransformers) {
         EXPECT_LE(margins[agreed], 2 * tolerance) << "parted from the oracle at step " << agreed;
       std::fprintf(stderr, "  bf16: %zu of %zu greedy tokens agree\n", agreed, want.size());
     }
-    std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", GetParam().c_str(),
+    std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", fixture.c_str(),
                  prompt.size(), max_err, max_abs_logit);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3Golden, ::testing::ValuesIn(fixture_names()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Cpu, Qwen3Golden, ::testing::ValuesIn(cases_on("cpu")),
+                         [](const auto& info) { return info.param.fixture; });
+INSTANTIATE_TEST_SUITE_P(Cuda, Qwen3Golden, ::testing::ValuesIn(cases_on("cuda")),
+                         [](const auto& info) { return info.param.fixture; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Qwen3Golden);
 
 }  // namespace
