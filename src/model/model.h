@@ -18,6 +18,9 @@ class Model {
   virtual MemorySpec memory_spec() const = 0;
   // Dtype of activations, logits and KV cache (the checkpoint's dtype).
   DType activation_dtype() const { return config().dtype; }
+  // False when forward() waits on the device mid-way (e.g. MoE routing read back on the host), so a
+  // decode step cannot be captured as a CUDA graph.
+  virtual bool is_graph_capturable() const { return true; }
   // Writes logits[R, vocab] (activation dtype) for the rows batch.logits_rows selects.
   virtual void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) = 0;
 };

@@ -77,7 +77,7 @@ struct ModelRunner::StepLayout {
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
-      graphs_enabled_(backend.device() != Device::kCpu && graphs_allowed_by_env()) {
+      graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
   const MemorySpec spec = model.memory_spec();
   for (int64_t l = 0; l < spec.num_attention_layers; ++l) {
     Tensor k = backend.alloc({num_blocks, block_size, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype);
