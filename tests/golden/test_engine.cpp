@@ -1,76 +1,38 @@
 // The paged continuous-batching engine against the transformers fixtures and against the contiguous
 // reference path: one request at a time, all at once with tiny chunks, under block exhaustion
 // (preemption), with prefix caching, and with seeded sampling.
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include "engine/llm.h"
-#include "runner/sequence_generator.h"
+#include "golden_util.h"
 
 namespace pagellm {
 namespace {
 
-namespace fs = std::filesystem;
-
-const fs::path kFixtures = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/qwen3";
+const fs::path kFixtures = golden_fixture_root("qwen3");
 const fs::path kModel = kFixtures / "tied_gqa2_hd32_f32";
-
-struct Fixture {
-  std::vector<std::vector<TokenId>> prompts;
-  std::vector<std::vector<TokenId>> greedy;
-};
-
-Fixture read_fixture(const fs::path& dir) {
-  std::ifstream in(dir / "expected.json");
-  const nlohmann::json expected = nlohmann::json::parse(in);
-  Fixture f;
-  for (const auto& c : expected["cases"]) {
-    f.prompts.push_back(c["prompt_ids"].get<std::vector<TokenId>>());
-    f.greedy.push_back(c["greedy_token_ids"].get<std::vector<TokenId>>());
-  }
-  return f;
-}
-
-std::unique_ptr<LLM> make_llm(const fs::path& model_dir, EngineConfig config) {
-  config.model_dir = model_dir.string();
-  if (config.kv_cache_memory_bytes == 0) config.kv_cache_memory_bytes = 64 << 20;
-  auto llm = LLM::load(config);
-  EXPECT_TRUE(llm.has_value()) << llm.status().message();
-  return llm.has_value() ? std::move(llm).value() : nullptr;
-}
-
-GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  return r;
-}
 
 // Bytes one block costs for the fixture model (2 layers, 2 kv heads, head_dim 32, f32).
 int64_t kv_bytes_for_blocks(int64_t num_blocks, int block_size) { return num_blocks * 2 * 2 * block_size * 2 * 32 * 4; }
 
 TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
-  for (const auto& entry : fs::directory_iterator(kFixtures)) {
-    if (entry.path().filename().string().find("f32") == std::string::npos) continue;
-    SCOPED_TRACE(entry.path().filename().string());
-    const Fixture fixture = read_fixture(entry.path());
+  for (const std::string& name : golden_fixture_names(kFixtures)) {
+    if (name.find("f32") == std::string::npos) continue;
+    SCOPED_TRACE(name);
+    const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
     // max_num_seqs 1, no prefix caching: each prompt alone.
     {
       EngineConfig config;
       config.max_num_seqs = 1;
       config.enable_prefix_caching = false;
-      auto llm = make_llm(entry.path(), config);
+      auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
-      for (size_t i = 0; i < fixture.prompts.size(); ++i) {
-        auto out = llm->generate({greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size()))});
+      for (size_t i = 0; i < cases.size(); ++i) {
+        auto out = llm->generate({greedy_request(cases[i].prompt, static_cast<int>(cases[i].greedy.size()))});
         ASSERT_TRUE(out[0].error.is_ok()) << out[0].error.message();
-        EXPECT_EQ(out[0].token_ids, fixture.greedy[i]) << "prompt " << i;
+        EXPECT_EQ(out[0].token_ids, cases[i].greedy) << "prompt " << i;
       }
       EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
     }
@@ -78,13 +40,12 @@ TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
     {
       EngineConfig config;
       config.max_num_batched_tokens = 8;
-      auto llm = make_llm(entry.path(), config);
+      auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
       std::vector<GenerateRequest> requests;
-      for (size_t i = 0; i < fixture.prompts.size(); ++i)
-        requests.push_back(greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size())));
+      for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
       auto outs = llm->generate(std::move(requests));
-      for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, fixture.greedy[i]) << "prompt " << i;
+      for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
       EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
     }
   }
@@ -96,7 +57,7 @@ TEST(Engine, PagedEqualsContiguousReference) {
   ASSERT_TRUE(model.has_value());
   EngineConfig config;
   config.block_size = 4;  // many blocks per sequence, scattered by the pool
-  auto llm = make_llm(kModel, config);
+  auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   std::mt19937 rng(7);
   std::vector<GenerateRequest> requests;
@@ -104,10 +65,7 @@ TEST(Engine, PagedEqualsContiguousReference) {
   for (int i = 0; i < 6; ++i) {
     std::vector<TokenId> prompt(static_cast<size_t>(3 + 11 * i));
     for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
-    SequenceOptions options;
-    options.sampling.temperature = 0.0f;
-    options.sampling.max_tokens = 24;
-    auto ref = generate_sequence(**model, **backend, prompt, options);
+    auto ref = generate_sequence(**model, **backend, prompt, greedy_options(24));
     ASSERT_TRUE(ref.has_value());
     reference.push_back(ref->token_ids);
     requests.push_back(greedy_request(prompt, 24));
@@ -130,7 +88,7 @@ TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
     config.block_size = 16;
     config.kv_cache_memory_bytes = kv_bytes_for_blocks(num_blocks, 16);
     config.max_model_len = 512;
-    auto llm = make_llm(kModel, config);
+    auto llm = make_test_llm(kModel, config);
     std::vector<GenerateRequest> requests;
     for (const auto& p : prompts) requests.push_back(greedy_request(p, kOutputTokens));
     auto outs = llm->generate(std::move(requests));
@@ -153,7 +111,7 @@ TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
 TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
   EngineConfig config;
   config.block_size = 16;
-  auto llm = make_llm(kModel, config);
+  auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   std::mt19937 rng(3);
   std::vector<TokenId> shared(100);
@@ -180,7 +138,7 @@ TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
 
 TEST(Engine, SeededSamplingIsBatchInvariant) {
   EngineConfig config;
-  auto llm = make_llm(kModel, config);
+  auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto seeded = [](std::vector<TokenId> prompt) {
     GenerateRequest r;
@@ -207,7 +165,7 @@ TEST(Engine, SeededSamplingIsBatchInvariant) {
 TEST(Engine, RejectsBadRequestsUpFront) {
   EngineConfig config;
   config.max_model_len = 64;
-  auto llm = make_llm(kModel, config);
+  auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto too_long = llm->engine().submit(greedy_request(std::vector<TokenId>(60, 1), 10));
   ASSERT_FALSE(too_long.has_value());
@@ -222,7 +180,7 @@ TEST(Engine, RejectsBadRequestsUpFront) {
 
 TEST(Engine, AbortFreesBlocks) {
   EngineConfig config;
-  auto llm = make_llm(kModel, config);
+  auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
   ASSERT_TRUE(channel.has_value());

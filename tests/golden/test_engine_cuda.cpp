@@ -2,94 +2,42 @@
 // decode graphs) against the transformers fixtures (f32: identical greedy tokens), with graphs on and
 // off, alone and batched, and with host-sampled rows (seeded sampling, logprobs) mixed into batches
 // of greedy rows. Skips where there is no GPU or no CUDA build.
-#include <algorithm>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
-#include "engine/llm.h"
+#include "golden_util.h"
 
 namespace pagellm {
 namespace {
 
-namespace fs = std::filesystem;
-
-const fs::path kFixtures = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/qwen3";
-
-bool have_gpu(std::string* why) {
-  const std::vector<std::string> names = available_backends();
-  if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
-    *why = "built without the CUDA backend";
-    return false;
-  }
-  auto backend = make_backend("cuda");
-  if (!backend.has_value()) *why = backend.status().message();
-  return backend.has_value();
-}
-
-#define GPU_OR_SKIP()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!have_gpu(&why)) GTEST_SKIP() << "no GPU to test on: " << why;  \
-  } while (0)
-
-struct Fixture {
-  std::vector<std::vector<TokenId>> prompts;
-  std::vector<std::vector<TokenId>> greedy;
-};
-
-Fixture read_fixture(const fs::path& dir) {
-  std::ifstream in(dir / "expected.json");
-  const nlohmann::json expected = nlohmann::json::parse(in);
-  Fixture f;
-  for (const auto& c : expected["cases"]) {
-    f.prompts.push_back(c["prompt_ids"].get<std::vector<TokenId>>());
-    f.greedy.push_back(c["greedy_token_ids"].get<std::vector<TokenId>>());
-  }
-  return f;
-}
+const fs::path kFixtures = golden_fixture_root("qwen3");
 
 // graphs: PAGELLM_CUDA_GRAPHS is read when the engine's runner is made.
-std::unique_ptr<LLM> make_cuda_llm(const fs::path& model_dir, EngineConfig config, bool graphs) {
-  config.model_dir = model_dir.string();
-  config.device = "cuda";
-  config.kv_cache_memory_bytes = 64 << 20;
+std::unique_ptr<LLM> make_cuda_llm(const fs::path& model_dir, const EngineConfig& config, bool graphs) {
   if (!graphs) setenv("PAGELLM_CUDA_GRAPHS", "0", 1);
-  auto llm = LLM::load(config);
+  auto llm = make_test_llm(model_dir, config, "cuda");
   unsetenv("PAGELLM_CUDA_GRAPHS");
-  EXPECT_TRUE(llm.has_value()) << llm.status().message();
-  return llm.has_value() ? std::move(llm).value() : nullptr;
-}
-
-GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  return r;
+  return llm;
 }
 
 TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
-  GPU_OR_SKIP();
-  for (const auto& entry : fs::directory_iterator(kFixtures)) {
-    if (entry.path().filename().string().find("f32") == std::string::npos) continue;
-    const Fixture fixture = read_fixture(entry.path());
+  SKIP_UNLESS_BACKEND("cuda");
+  for (const std::string& name : golden_fixture_names(kFixtures)) {
+    if (name.find("f32") == std::string::npos) continue;
+    const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
     for (bool graphs : {true, false}) {
-      SCOPED_TRACE(entry.path().filename().string() + (graphs ? " graphs" : " no graphs"));
+      SCOPED_TRACE(name + (graphs ? " graphs" : " no graphs"));
       {
         EngineConfig config;
         config.max_num_seqs = 1;
         config.enable_prefix_caching = false;
-        auto llm = make_cuda_llm(entry.path(), config, graphs);
+        auto llm = make_cuda_llm(kFixtures / name, config, graphs);
         ASSERT_TRUE(llm);
-        for (size_t i = 0; i < fixture.prompts.size(); ++i) {
-          auto out = llm->generate({greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size()))});
+        for (size_t i = 0; i < cases.size(); ++i) {
+          auto out = llm->generate({greedy_request(cases[i].prompt, static_cast<int>(cases[i].greedy.size()))});
           ASSERT_TRUE(out[0].error.is_ok()) << out[0].error.message();
-          EXPECT_EQ(out[0].token_ids, fixture.greedy[i]) << "prompt " << i;
+          EXPECT_EQ(out[0].token_ids, cases[i].greedy) << "prompt " << i;
         }
         EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
       }
@@ -98,15 +46,14 @@ TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
         // prefill in chunks of at most 8 tokens so decode and prefill rows mix.
         EngineConfig config;
         config.max_num_batched_tokens = 8;
-        auto llm = make_cuda_llm(entry.path(), config, graphs);
+        auto llm = make_cuda_llm(kFixtures / name, config, graphs);
         ASSERT_TRUE(llm);
         std::vector<GenerateRequest> requests;
         for (int copy = 0; copy < 3; ++copy)
-          for (size_t i = 0; i < fixture.prompts.size(); ++i)
-            requests.push_back(greedy_request(fixture.prompts[i], static_cast<int>(fixture.greedy[i].size())));
+          for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
         auto outs = llm->generate(std::move(requests));
         for (size_t i = 0; i < outs.size(); ++i)
-          EXPECT_EQ(outs[i].token_ids, fixture.greedy[i % fixture.prompts.size()]) << "request " << i;
+          EXPECT_EQ(outs[i].token_ids, cases[i % cases.size()].greedy) << "request " << i;
         EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
       }
     }
@@ -116,7 +63,7 @@ TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
 // Host-sampled rows (seeded temperature sampling, greedy with logprobs) inside batches of device-
 // sampled greedy rows: each request gives what it gives alone.
 TEST(EngineCuda, HostSampledRowsMixWithDeviceGreedyRows) {
-  GPU_OR_SKIP();
+  SKIP_UNLESS_BACKEND("cuda");
   const fs::path model = kFixtures / "tied_gqa2_hd32_f32";
   auto llm = make_cuda_llm(model, EngineConfig{}, /*graphs=*/true);
   ASSERT_TRUE(llm);

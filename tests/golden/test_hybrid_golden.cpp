@@ -4,80 +4,20 @@
 // relative. Then the engine's own invariants: prefill in one piece == prefill in chunks of 1, 7 and 64
 // tokens; a preempted and recomputed request ends with the same tokens; every state slot is free again.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cache/state_cache.h"
-#include "engine/llm.h"
+#include "golden_util.h"
 #include "model/model.h"
-#include "runner/sequence_generator.h"
 
 namespace pagellm {
 namespace {
 
-namespace fs = std::filesystem;
-
-const fs::path kFixtures = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/hybrid";
-
-struct Case {
-  std::vector<TokenId> prompt, greedy;
-  std::vector<float> margins, logits;
-  // Whether transformers agrees with itself on this case: the first-step margin of its generate()
-  // equals the top-2 gap of its full-forward logits. In qwen3_5_text_tiny_f32's 33-token case it
-  // does not (0.682 vs 0.582, same argmax): generate's cached prefill computed other numbers than
-  // model(ids), and its greedy tokens part from model(ids)'s own at step 11 (we match model(ids):
-  // logits to 4e-5, and prefill of prompt + 11 tokens picks 207 over 511 by 0.075). Such a case
-  // checks the first token only.
-  bool oracle_consistent() const {
-    std::vector<float> sorted = logits;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    return std::fabs((sorted[0] - sorted[1]) - margins[0]) < 1e-3;
-  }
-  std::vector<TokenId> checked(const std::vector<TokenId>& tokens) const {
-    return oracle_consistent() ? tokens : std::vector<TokenId>(tokens.begin(), tokens.begin() + 1);
-  }
-};
-
-std::vector<Case> read_cases(const fs::path& dir) {
-  std::ifstream in(dir / "expected.json");
-  const nlohmann::json expected = nlohmann::json::parse(in);
-  std::vector<Case> cases;
-  for (const auto& c : expected["cases"])
-    cases.push_back({c["prompt_ids"], c["greedy_token_ids"], c["top1_margins"], c["prompt_next_token_logits"]});
-  return cases;
-}
-
-std::vector<std::string> fixture_names() {
-  std::vector<std::string> names;
-  if (!fs::exists(kFixtures)) return names;
-  for (const auto& entry : fs::directory_iterator(kFixtures))
-    if (fs::exists(entry.path() / "expected.json")) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::unique_ptr<LLM> make_llm(const fs::path& model_dir, EngineConfig config) {
-  config.model_dir = model_dir.string();
-  if (config.kv_cache_memory_bytes == 0) config.kv_cache_memory_bytes = 64 << 20;
-  auto llm = LLM::load(config);
-  EXPECT_TRUE(llm.has_value()) << llm.status().message();
-  return llm.has_value() ? std::move(llm).value() : nullptr;
-}
-
-GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  return r;
-}
+const fs::path kFixtures = golden_fixture_root("hybrid");
 
 class HybridGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -88,19 +28,12 @@ TEST_P(HybridGolden, ContiguousPathMatchesTransformers) {
   auto model = load_model(dir.string(), **backend);
   ASSERT_TRUE(model.has_value()) << model.status().message();
   EXPECT_GT((*model)->memory_spec().num_gdn_layers, 0);
-  for (const Case& c : read_cases(dir)) {
+  for (const GoldenCase& c : read_golden_cases(dir)) {
     SCOPED_TRACE("prompt of " + std::to_string(c.prompt.size()) + " tokens");
-    SequenceOptions options;
-    options.sampling.temperature = 0.0f;
-    options.sampling.max_tokens = static_cast<int>(c.greedy.size());
-    auto got = generate_sequence(**model, **backend, c.prompt, options);
+    auto got = generate_sequence(**model, **backend, c.prompt, greedy_options(static_cast<int>(c.greedy.size())));
     ASSERT_TRUE(got.has_value()) << got.status().message();
     ASSERT_EQ(got->prompt_logits.size(), c.logits.size());
-    double max_abs_logit = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < c.logits.size(); ++i) {
-      max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(c.logits[i])));
-      max_err = std::max(max_err, std::fabs(static_cast<double>(got->prompt_logits[i]) - c.logits[i]));
-    }
+    const auto [max_abs_logit, max_err] = logit_error(got->prompt_logits, c.logits);
     EXPECT_LE(max_err, 1e-4 * std::max(1.0, max_abs_logit)) << "max |logit| " << max_abs_logit;
     EXPECT_EQ(c.checked(got->token_ids), c.checked(c.greedy));
     if (!c.oracle_consistent()) std::fprintf(stderr, "  oracle inconsistent here: first token only\n");
@@ -112,11 +45,11 @@ TEST_P(HybridGolden, ContiguousPathMatchesTransformers) {
 
 TEST_P(HybridGolden, PagedEngineOneAtATimeAndAllTogetherWithTinyChunks) {
   const fs::path dir = kFixtures / GetParam();
-  const std::vector<Case> cases = read_cases(dir);
+  const std::vector<GoldenCase> cases = read_golden_cases(dir);
   {
     EngineConfig config;
     config.max_num_seqs = 1;
-    auto llm = make_llm(dir, config);
+    auto llm = make_test_llm(dir, config);
     ASSERT_TRUE(llm);
     for (size_t i = 0; i < cases.size(); ++i) {
       auto out = llm->generate({greedy_request(cases[i].prompt, static_cast<int>(cases[i].greedy.size()))});
@@ -130,10 +63,10 @@ TEST_P(HybridGolden, PagedEngineOneAtATimeAndAllTogetherWithTinyChunks) {
     // steps, mixed with other requests' decodes, each carrying its GDN state from chunk to chunk.
     EngineConfig config;
     config.max_num_batched_tokens = 8;
-    auto llm = make_llm(dir, config);
+    auto llm = make_test_llm(dir, config);
     ASSERT_TRUE(llm);
     std::vector<GenerateRequest> requests;
-    for (const Case& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+    for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
     auto outs = llm->generate(std::move(requests));
     for (size_t i = 0; i < outs.size(); ++i)
       EXPECT_EQ(cases[i].checked(outs[i].token_ids), cases[i].checked(cases[i].greedy)) << "prompt " << i;
@@ -141,25 +74,13 @@ TEST_P(HybridGolden, PagedEngineOneAtATimeAndAllTogetherWithTinyChunks) {
   }
 }
 
-// Random prompts longer than one 64-token chunk of the delta rule.
-std::vector<std::vector<TokenId>> long_prompts() {
-  std::mt19937 rng(5);
-  std::vector<std::vector<TokenId>> prompts;
-  for (int length : {150, 65, 9, 64}) {
-    std::vector<TokenId> prompt(static_cast<size_t>(length));
-    for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
-    prompts.push_back(prompt);
-  }
-  return prompts;
-}
-
 TEST_P(HybridGolden, PrefillInOnePieceEqualsPrefillInChunks) {
   const fs::path dir = kFixtures / GetParam();
-  const auto prompts = long_prompts();
+  const auto prompts = long_gdn_prompts();
   auto run = [&](int chunk) {
     EngineConfig config;
     config.long_prefill_token_threshold = chunk;  // 0: the whole prompt in one step
-    auto llm = make_llm(dir, config);
+    auto llm = make_test_llm(dir, config);
     std::vector<GenerateRequest> requests;
     for (const auto& p : prompts) requests.push_back(greedy_request(p, 12));
     auto outs = llm->generate(std::move(requests));
@@ -178,10 +99,7 @@ TEST_P(HybridGolden, PrefillInOnePieceEqualsPrefillInChunks) {
   auto model = load_model(dir.string(), **backend);
   ASSERT_TRUE(model.has_value());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    SequenceOptions options;
-    options.sampling.temperature = 0.0f;
-    options.sampling.max_tokens = 12;
-    auto ref = generate_sequence(**model, **backend, prompts[i], options);
+    auto ref = generate_sequence(**model, **backend, prompts[i], greedy_options(12));
     ASSERT_TRUE(ref.has_value());
     EXPECT_EQ(ref->token_ids, whole[i]) << "prompt " << i;
   }
@@ -209,7 +127,7 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
     // The state of kSeqs requests, and num_blocks KV blocks (at least as much: state gets at most half).
     const int64_t state_bytes = state_cache_bytes(spec, kSeqs);
     config.kv_cache_memory_bytes = state_bytes + std::max(state_bytes, num_blocks * spec.kv_bytes_per_block(kBlockSize));
-    auto llm = make_llm(dir, config);
+    auto llm = make_test_llm(dir, config);
     std::vector<GenerateRequest> requests;
     for (const auto& p : prompts) requests.push_back(greedy_request(p, kOutputTokens));
     auto outs = llm->generate(std::move(requests));
@@ -229,13 +147,13 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGolden, ::testing::ValuesIn(fixture_names()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGolden, ::testing::ValuesIn(golden_fixture_names(kFixtures)),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HybridGolden);
 
 TEST(HybridEngine, AbortFreesTheStateSlot) {
   EngineConfig config;
-  auto llm = make_llm(kFixtures / "qwen3_5_text_tiny_f32", config);
+  auto llm = make_test_llm(kFixtures / "qwen3_5_text_tiny_f32", config);
   ASSERT_TRUE(llm);
   auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
   ASSERT_TRUE(channel.has_value());
