@@ -142,8 +142,9 @@ Expected<std::unique_ptr<BpeModel>> BpeModel::from_json(const json& model, bool 
       return invalid_argument("[tokenizer] vocab entry '{}' must map to an integer id", it.key());
     }
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX) {
-      return invalid_argument("[tokenizer] vocab id {} of '{}' is out of range", id, it.key());
+    if (id < 0 || id > kMaxTokenId) {
+      return invalid_argument("[tokenizer] vocab id {} of '{}' is out of range [0, {}]", id, it.key(),
+                              kMaxTokenId);
     }
     max_id = std::max(max_id, id);
     bpe->vocab_[it.key()] = static_cast<int32_t>(id);

@@ -33,6 +33,9 @@ using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equ
 
 class BpeModel {
  public:
+  // Largest token id accepted (vocabularies are far smaller; tables are indexed by id).
+  static constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
   static Expected<std::unique_ptr<BpeModel>> from_json(const nlohmann::json& model,
                                                        bool byte_level_input);
   ~BpeModel();

@@ -176,9 +176,17 @@ Expected<std::unique_ptr<Decoder>> make_one(const json& config) {
         new ReplaceDecoder(std::move(pattern), config["content"].get<std::string>()));
   }
   if (type == "Strip") {
-    return std::unique_ptr<Decoder>(new StripDecoder(config.value("content", std::string(" ")),
-                                                     config.value("start", size_t(0)),
-                                                     config.value("stop", size_t(0))));
+    size_t counts[2] = {0, 0};  // start, stop: non-negative integers (a float would not convert)
+    for (int k = 0; k < 2; ++k) {
+      const char* key = k == 0 ? "start" : "stop";
+      if (!config.contains(key)) continue;
+      if (!config[key].is_number_integer() || config[key].get<int64_t>() < 0) {
+        return invalid_argument("[tokenizer] Strip decoder \"{}\" must be a non-negative integer", key);
+      }
+      counts[k] = config[key].get<size_t>();
+    }
+    return std::unique_ptr<Decoder>(
+        new StripDecoder(config.value("content", std::string(" ")), counts[0], counts[1]));
   }
   if (type == "Metaspace") {
     bool prepend = true;
@@ -187,8 +195,9 @@ Expected<std::unique_ptr<Decoder>> make_one(const json& config) {
     } else if (config.contains("add_prefix_space")) {
       prepend = config.value("add_prefix_space", true);
     }
-    return std::unique_ptr<Decoder>(new MetaspaceDecoder(
-        config.value("replacement", std::string("\xE2\x96\x81")), prepend));
+    const std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
+    if (replacement.empty()) return invalid_argument("[tokenizer] Metaspace replacement must be one character");
+    return std::unique_ptr<Decoder>(new MetaspaceDecoder(replacement, prepend));
   }
   if (type == "Sequence") {
     if (!config.contains("decoders") || !config["decoders"].is_array()) {

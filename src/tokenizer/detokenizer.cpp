@@ -13,6 +13,9 @@ IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> 
 std::string IncrementalDetokenizer::feed(int32_t id) {
   all_ids_.push_back(id);
   if (skip_special_tokens_ && tokenizer_->is_special(id)) return {};
+  // Unknown ids decode to nothing; in the window they would cut a run of byte tokens that
+  // decode() sees as one.
+  if (!tokenizer_->has_token(id)) return {};
   window_.push_back(id);
 
   // A trailing run of <0xHH> tokens decodes as a group (all U+FFFD if invalid): wait for its end.

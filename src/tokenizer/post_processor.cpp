@@ -1,11 +1,23 @@
 #include "tokenizer/post_processor.h"
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 namespace pagellm {
 namespace {
 
 using json = nlohmann::json;
+
+// A token id written in the template: an integer in [0, INT32_MAX] (a float such as 2.1e10
+// would not even convert).
+Expected<int32_t> template_id(const json& value) {
+  const bool ok = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(INT32_MAX)
+                  : value.is_number_integer() ? value.get<int64_t>() >= 0 && value.get<int64_t>() <= INT32_MAX
+                                              : false;
+  if (!ok) return invalid_argument("[tokenizer] post_processor token id {} is not a valid id", value.dump());
+  return static_cast<int32_t>(value.get<int64_t>());
+}
 
 Status add_template(const json& config, PostProcessor& pp) {
   if (!config.contains("single") || !config["single"].is_array()) {
@@ -31,7 +43,8 @@ Status add_template(const json& config, PostProcessor& pp) {
       return invalid_argument("[tokenizer] TemplateProcessing special token '{}' has no ids", name);
     }
     for (const auto& id : specials[name]["ids"]) {
-      (seen_sequence ? suffix : prefix).push_back(id.get<int32_t>());
+      PAGELLM_ASSIGN_OR_RETURN(int32_t value, template_id(id));
+      (seen_sequence ? suffix : prefix).push_back(value);
     }
   }
   pp.prefix_ids.insert(pp.prefix_ids.begin(), prefix.begin(), prefix.end());
@@ -48,11 +61,16 @@ Status add_one(const json& config, PostProcessor& pp) {
   if (type == "TemplateProcessing") return add_template(config, pp);
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     // "cls": ["<s>", 0], "sep": ["</s>", 2]
-    if (!config.contains("cls") || !config.contains("sep")) {
-      return invalid_argument("[tokenizer] {} needs \"cls\" and \"sep\"", type);
+    for (const char* key : {"cls", "sep"}) {
+      if (!config.contains(key) || !config[key].is_array() || config[key].size() != 2 ||
+          !config[key][1].is_number_integer()) {
+        return invalid_argument("[tokenizer] {} needs \"{}\": [token, id]", type, key);
+      }
     }
-    pp.prefix_ids.insert(pp.prefix_ids.begin(), config["cls"][1].get<int32_t>());
-    pp.suffix_ids.push_back(config["sep"][1].get<int32_t>());
+    PAGELLM_ASSIGN_OR_RETURN(int32_t cls, template_id(config["cls"][1]));
+    PAGELLM_ASSIGN_OR_RETURN(int32_t sep, template_id(config["sep"][1]));
+    pp.prefix_ids.insert(pp.prefix_ids.begin(), cls);
+    pp.suffix_ids.push_back(sep);
     return Status::ok();
   }
   if (type == "Sequence") {

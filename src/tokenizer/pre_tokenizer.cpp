@@ -236,7 +236,7 @@ Expected<SplitBehavior> parse_behavior(const json& config) {
   if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (b == "Contiguous") return SplitBehavior::kContiguous;
-  return invalid_argument("[tokenizer] unknown Split behavior '{}'", config.dump());
+  return invalid_argument("[tokenizer] unknown Split behavior '{}'", config.is_string() ? b : config.type_name());
 }
 
 Status add_steps(const json& config, PreTokenizerChain& chain) {
@@ -274,6 +274,7 @@ Status add_steps(const json& config, PreTokenizerChain& chain) {
   }
   if (type == "Metaspace") {
     const std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
+    if (replacement.empty()) return invalid_argument("[tokenizer] Metaspace replacement must be one character");
     PrependScheme scheme = PrependScheme::kAlways;
     if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
       const std::string s = config["prepend_scheme"].get<std::string>();

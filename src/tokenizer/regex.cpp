@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "tokenizer/utf8.h"
+
 namespace pagellm {
 namespace {
 
@@ -95,7 +97,7 @@ Expected<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern) 
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
                     PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset, nullptr);
   if (!code) {
-    return invalid_argument("[tokenizer] cannot compile regex '{}' at offset {}: {}", pattern,
+    return invalid_argument("[tokenizer] cannot compile regex '{}' at offset {}: {}", utf8::escape_controls(pattern),
                             error_offset, pcre2_error_text(error_code));
   }
   std::shared_ptr<Regex> regex(new Regex());
@@ -119,7 +121,8 @@ Status Regex::find_all(std::string_view subject, std::vector<Span>& matches) con
                                           s.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      return internal_error("[tokenizer] regex '{}' failed on a {}-byte input: {}", pattern_, n,
+      return internal_error("[tokenizer] regex '{}' failed on a {}-byte input: {}",
+                            utf8::escape_controls(pattern_), n,
                             pcre2_error_text(rc));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(s.match_data);

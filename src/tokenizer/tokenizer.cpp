@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -32,7 +33,33 @@ Expected<std::string> read_file(const std::string& path) {
   return buffer.str();
 }
 
+// Deepest nesting of arrays and objects in JSON text (outside strings). The loaders (and
+// nlohmann's copies) recurse on nesting, so deeply nested input must be refused before parsing.
+size_t nesting_depth(std::string_view text) {
+  size_t depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+constexpr size_t kMaxJsonDepth = 64;
+
 Expected<json> parse_json(std::string_view text, std::string_view what) {
+  if (nesting_depth(text) > kMaxJsonDepth) {
+    return invalid_argument("[tokenizer] {} nests arrays/objects deeper than {} levels", what, kMaxJsonDepth);
+  }
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
@@ -62,8 +89,16 @@ Expected<std::vector<AddedToken>> parse_added_tokens(const json& root) {
         !t.contains("content") || !t["content"].is_string()) {
       return invalid_argument("[tokenizer] each added token needs an integer \"id\" and a string \"content\"");
     }
+    const json& id_json = t["id"];
+    const int64_t id = id_json.is_number_unsigned() && id_json.get<uint64_t>() > uint64_t(INT64_MAX)
+                           ? INT64_MAX
+                           : id_json.get<int64_t>();
+    if (id > BpeModel::kMaxTokenId) {
+      return invalid_argument("[tokenizer] added token id {} is out of range [0, {}]", id_json.dump(),
+                              BpeModel::kMaxTokenId);
+    }
     AddedToken token;
-    token.id = t["id"].get<int32_t>();
+    token.id = static_cast<int32_t>(std::max<int64_t>(id, -1));
     token.content = t["content"].get<std::string>();
     token.special = t.value("special", false);
     token.single_word = t.value("single_word", false);
@@ -101,6 +136,14 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::from_dir(const std::string
 
 Expected<std::shared_ptr<const Tokenizer>> Tokenizer::from_json_text(std::string_view tokenizer_json,
                                                                      std::string_view config_json) {
+  auto tok = parse(tokenizer_json, config_json);
+  if (tok.has_value()) return tok;
+  // Messages quote names from the file (vocab entries, types, patterns): keep them on one line.
+  return Status(tok.status().code(), utf8::escape_controls(tok.status().message()));
+}
+
+Expected<std::shared_ptr<const Tokenizer>> Tokenizer::parse(std::string_view tokenizer_json,
+                                                            std::string_view config_json) {
   PAGELLM_ASSIGN_OR_RETURN(json root, parse_json(tokenizer_json, "tokenizer.json"));
   if (!root.is_object()) return invalid_argument("[tokenizer] tokenizer.json must be a JSON object");
   if (!root.contains("model")) return invalid_argument("[tokenizer] tokenizer.json has no \"model\"");
@@ -134,6 +177,13 @@ Expected<std::shared_ptr<const Tokenizer>> Tokenizer::from_json_text(std::string
   int64_t max_id = tok->model_->max_id();
   for (const auto& t : tok->added_->tokens()) max_id = std::max<int64_t>(max_id, t.id);
   tok->vocab_size_ = max_id + 1;
+  for (const auto* ids : {&tok->post_processor_->prefix_ids, &tok->post_processor_->suffix_ids}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= tok->vocab_size_) {
+        return invalid_argument("[tokenizer] post_processor id {} is not in the vocabulary", id);
+      }
+    }
+  }
   std::unordered_set<std::string> special_contents;
   for (const auto& t : tok->added_->tokens()) {
     if (t.special) special_contents.insert(t.content);

@@ -56,6 +56,8 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's string as in tokenizer.json ("" for an unknown id).
   std::string id_to_token(int32_t id) const;
+  // The id names a token (decode skips the others).
+  bool has_token(int32_t id) const { return token_string(id) != nullptr; }
   bool is_special(int32_t id) const {
     return id >= 0 && id < vocab_size_ && is_special_[static_cast<size_t>(id)];
   }
@@ -70,6 +72,9 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // from_json_text without the final one-line check of error messages.
+  static Expected<std::shared_ptr<const Tokenizer>> parse(std::string_view tokenizer_json,
+                                                          std::string_view config_json);
   Status encode_text(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
   Status encode_words(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
   const std::string* token_string(int32_t id) const;

@@ -58,4 +58,7 @@ void append_lossy(std::string& out, std::string_view bytes);
 // (0..3): what a streaming decoder must hold back until more bytes arrive.
 size_t incomplete_tail_length(std::string_view s);
 
+// For one-line messages: control characters (< 0x20, 0x7F) as \n, \r, \t or \xHH.
+std::string escape_controls(std::string_view s);
+
 }  // namespace pagellm::utf8
