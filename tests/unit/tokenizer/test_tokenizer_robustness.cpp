@@ -314,7 +314,7 @@ TEST(TokenizerJsonRobustness, MalformedFilesAreOneLineErrors) {
 }
 
 TEST(TokenizerJsonRobustness, DeepNestingIsAnErrorNotAStackOverflow) {
-  // Found by hand after fuzzing: the loaders recurse into Sequence steps and nlohmann copies
+  // Found reading the loaders for the fuzz harness (its inputs are too short): the loaders recurse into Sequence steps and nlohmann copies
   // recurse into values, so 100k nested Sequences (or a 100k-deep "behavior") overflowed the stack.
   const std::string text = seed("byte_level_qwen3.json").dump();
   const size_t depth = 100'000;
@@ -339,8 +339,8 @@ TEST(TokenizerJsonRobustness, DeepNestingIsAnErrorNotAStackOverflow) {
 }
 
 TEST(TokenizerJsonRobustness, MetaspaceWithAnEmptyReplacementIsAnError) {
-  // Found by fuzz_tokenizer_json: an empty replacement made the pre-tokenizer and the decoder
-  // loop forever. HF requires one character.
+  // Found reading the loaders for the fuzz harness: an empty replacement made the pre-tokenizer
+  // and the decoder loop forever (find("") never advances). HF requires one character.
   json j = seed("metaspace_digits.json");
   j["pre_tokenizer"]["pretokenizers"][1]["replacement"] = "";
   expect_one_line_error(Tokenizer::from_json_text(j.dump()).status(), "replacement");
