@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -63,13 +64,16 @@ std::string e2e_model_dir() {
 }
 
 ServeProcess::ServeProcess(const std::vector<std::string>& extra_args) {
-  const std::string model = e2e_model_dir();
+  // A --model among extra_args replaces the default model (CLI11 takes each option once).
+  const bool has_model = std::find(extra_args.begin(), extra_args.end(), "--model") != extra_args.end();
+  const std::string model = has_model ? "" : e2e_model_dir();
   char log_template[] = "/tmp/pagellm-serve-XXXXXX";
   const int log_fd = ::mkstemp(log_template);
   log_path_ = log_template;
-  std::vector<std::string> argv = {PAGELLM_CLI, "serve", "--model", model, "--served-model-name", kModelName,
+  std::vector<std::string> argv = {PAGELLM_CLI, "serve", "--served-model-name", kModelName,
                                    "--host", "127.0.0.1", "--port", "0", "--max-model-len",
                                    std::to_string(kMaxModelLen), "--kv-cache-memory", std::to_string(64 << 20)};
+  if (!has_model) argv.insert(argv.begin() + 2, {"--model", model});
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));

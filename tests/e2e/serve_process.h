@@ -18,7 +18,8 @@ std::string e2e_model_dir();
 class ServeProcess {
  public:
   // Default flags: --model e2e_model_dir() --served-model-name test-model --max-model-len 1024
-  // --kv-cache-memory 64 MiB; `extra_args` come after them (later flags win).
+  // --kv-cache-memory 64 MiB; `extra_args` come after them (later flags win; a --model there
+  // replaces the default model).
   explicit ServeProcess(const std::vector<std::string>& extra_args = {});
   ~ServeProcess();
   ServeProcess(const ServeProcess&) = delete;
