@@ -47,25 +47,6 @@ std::string random_text(std::mt19937& rng, size_t max_chars) {
   return out;
 }
 
-// What decode(encode(s)) gives in HF: the text back, after the family's normalizer (NFC for
-// Qwen3; Gemma 3 writes spaces as U+2581 and reads U+2581 back as a space).
-std::string expected_round_trip(const std::string& family, const std::string& s) {
-  if (family == "qwen3") return unicode_normalize(s, UnicodeForm::kNfc);
-  if (family == "gemma3") {
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
-        out.push_back(' ');
-        i += 3;
-      } else {
-        out.push_back(s[i++]);
-      }
-    }
-    return out;
-  }
-  return s;
-}
-
 void expect_one_line_error(const Status& st, const std::string& needle) {
   EXPECT_FALSE(st.is_ok());
   EXPECT_EQ(st.message().rfind("[tokenizer] ", 0), 0u) << st.message();

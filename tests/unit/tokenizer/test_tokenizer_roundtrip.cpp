@@ -16,25 +16,6 @@ namespace {
 
 class RoundTripTest : public ::testing::TestWithParam<std::string> {};
 
-// What decode(encode(s)) must give for each family: byte-level families give s back (Qwen3 after
-// its NFC normalizer); Gemma 3 writes spaces as U+2581 and decodes U+2581 as a space.
-std::string expected_round_trip(const std::string& family, const std::string& s) {
-  if (family == "qwen3") return unicode_normalize(s, UnicodeForm::kNfc);
-  if (family == "gemma3") {
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
-        out.push_back(' ');
-        i += 3;
-      } else {
-        out.push_back(s[i++]);
-      }
-    }
-    return out;
-  }
-  return s;
-}
-
 TEST_P(RoundTripTest, DecodeOfEncodeGivesTheTextBack) {
   auto tok = load_family(GetParam());
   if (!tok) GTEST_SKIP() << "assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh";

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/normalizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::test {
@@ -79,6 +80,25 @@ inline std::string show_ids(const std::vector<int32_t>& ids) {
   for (size_t i = 0; i < ids.size() && i < 40; ++i) out += (i ? "," : "") + std::to_string(ids[i]);
   if (ids.size() > 40) out += ",...(" + std::to_string(ids.size()) + ")";
   return out + "]";
+}
+
+// What decode(encode(s)) gives in HF for each family: byte-level families give s back (Qwen3 after
+// its NFC normalizer); Gemma 3 writes spaces as U+2581 and decodes U+2581 as a space.
+inline std::string expected_round_trip(const std::string& family, const std::string& s) {
+  if (family == "qwen3") return unicode_normalize(s, UnicodeForm::kNfc);
+  if (family == "gemma3") {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
+        out.push_back(' ');
+        i += 3;
+      } else {
+        out.push_back(s[i++]);
+      }
+    }
+    return out;
+  }
+  return s;
 }
 
 }  // namespace pagellm::test
