@@ -29,6 +29,18 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 gpu_name=$(head -1 "$out/gpu.txt" 2>/dev/null | cut -d, -f1)
 
 # ----- build ----------------------------------------------------------------------------------
+# GPU_CHECK_PREBUILT=1: use binaries built elsewhere with the same configuration (carried in
+# $build: src/pagellm, tests/test_kernels, tests/test_golden) and skip the build.
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then
+  built=()
+  for target in test_kernels test_golden pagellm; do
+    binary="$build/tests/$target"; [ "$target" = pagellm ] && binary="$build/src/pagellm"
+    if [ -x "$binary" ]; then built+=("$target"); note "prebuilt $target: $(stat -c %s "$binary") bytes"; else note "prebuilt $target: MISSING"; fi
+  done
+  export PAGELLM_SOURCE_DIR="$root"  # the golden tests' fixtures (tests/golden/golden_util.cpp)
+  has() { [[ " ${built[*]} " == *" $1 "* ]]; }
+fi
+if [ -z "${GPU_CHECK_PREBUILT:-}" ]; then
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$pkg_config" -DCMAKE_CXX_FLAGS="${GPU_CHECK_CXXFLAGS:-}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; note "configure FAILED (see configure.log)"; printf '%s\n' "${summary[@]}"; exit 1; }
@@ -44,6 +56,7 @@ for target in test_kernels test_golden pagellm; do
   fi
 done
 has() { [[ " ${built[*]} " == *" $1 "* ]]; }
+fi
 
 # ----- tests ----------------------------------------------------------------------------------
 run_tests() {  # binary filter name: 8 shards in parallel (the f64 reference runs on the CPU)
@@ -94,11 +107,53 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tok
       --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
       --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
     rc=$?
-    tail -25 "$out/w1_c$level.log"
-    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
+    tail -4 "$out/w1_c$level.log"
+    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
   done
+  # Soak (GPU_CHECK_SOAK=N): N requests of mixed lengths (prompts 51-972, outputs 12-243 tokens) at
+  # concurrency 128 against the same server; then nothing may run, wait or hold a KV block.
+  if [ -n "${GPU_CHECK_SOAK:-}" ]; then
+    start=$(date +%s)
+    timeout "${GPU_CHECK_SOAK_TIMEOUT:-400}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --random-range-ratio 0.9 \
+      --ignore-eos --request-rate inf --max-concurrency 128 --num-prompts "$GPU_CHECK_SOAK" --seed 7 --no-progress \
+      --result-json "$out/soak.json" >"$out/soak.log" 2>&1
+    rc=$?
+    sleep 1
+    metrics=$(python3 - "$port" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+values = {m.group(1): m.group(2) for m in re.finditer(r"^pagellm:(\w+)(?:\{[^}]*\})? (\S+)$", text, re.M)}
+print(" ".join(f"{k}={values.get(k, '?')}" for k in ("num_requests_running", "num_requests_waiting", "kv_cache_blocks_used")))
+PY
+)
+    note "soak $GPU_CHECK_SOAK requests at concurrency 128: rc=$rc in $(( $(date +%s) - start )) s | $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"completed {j['completed']} failed {j['failed']} output tok/s {j['output_throughput']:.0f}\")" "$out/soak.json" 2>/dev/null) | after: $metrics"
+  fi
   kill $server 2>/dev/null; wait $server 2>/dev/null
   tail -3 "$out/serve.log"
+fi
+
+# ----- W1 on the Qwen3.5-0.8B shape (GPU_CHECK_QWEN35_LEVELS="1 64") ---------------------------
+if has pagellm && [ -n "${GPU_CHECK_QWEN35_LEVELS:-}" ] && [ -f assets/tokenizers/qwen3/tokenizer.json ]; then
+  model=/tmp/qwen3.5-0.8b
+  [ -f "$model/config.json" ] || "$build/src/pagellm" make-model --preset qwen3.5-0.8b --out "$model" --tokenizer assets/tokenizers/qwen3 \
+    >"$out/make_model_qwen35.log" 2>&1 || { tail -5 "$out/make_model_qwen35.log"; note "make-model qwen3.5-0.8b FAILED"; }
+  port=18432
+  "$build/src/pagellm" serve --model "$model" --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3.5-0.8b \
+    >"$out/serve_qwen35.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+  for level in $GPU_CHECK_QWEN35_LEVELS; do
+    prompts=$((level == 1 ? 6 : 4 * level))
+    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3.5-0.8b \
+      --tokenizer "$model" --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
+      --result-json "$out/w1_qwen35_c$level.json" >"$out/w1_qwen35_c$level.log" 2>&1
+    rc=$?
+    note "W1 qwen3.5-0.8b concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_qwen35_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$out/w1_qwen35_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_qwen35_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_qwen35_c$level.log" | head -1 | tr -s ' ')"
+  done
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+  tail -3 "$out/serve_qwen35.log"
 fi
 
 # ----- profile (GPU_CHECK_PROFILE=1): decode step times with and without graphs, ncu per kernel --

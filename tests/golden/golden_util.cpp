@@ -8,6 +8,8 @@
 #include <map>
 #include <random>
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -15,7 +17,10 @@
 namespace pagellm {
 
 fs::path golden_fixture_root(const std::string& family) {
-  return fs::path(PAGELLM_SOURCE_DIR) / "tests/golden" / family;
+  // The environment may name the source folder when the binary runs elsewhere than it was built
+  // (scripts/gpu-check.sh with GPU_CHECK_PREBUILT).
+  const char* source_dir = std::getenv("PAGELLM_SOURCE_DIR");
+  return fs::path(source_dir != nullptr && *source_dir != '\0' ? source_dir : PAGELLM_SOURCE_DIR) / "tests/golden" / family;
 }
 
 bool GoldenCase::oracle_consistent() const {

@@ -134,8 +134,11 @@ TEST(CudaAttention, SmallHeadDimsNonCausalAndF16) {
 // chunk or partition units), inside a mixed batch (the decode kernel next to the general one), inside
 // a big decode batch (the decode kernel in one pass), and as the last row of a 2-token sequence over the
 // same keys (the general kernel): every route folds the same chunk states in the same order.
+// (The prefill kernel, which would take the 2-token sequence in 16-bit dtypes, is off here: it sums
+// in its own order; PrefillRowsDoNotDependOnBatchOrChunking covers it.)
 TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
   PAGELLM_GPU_OR_SKIP(gpu);
+  setenv("PAGELLM_CUDA_PREFILL_ATTENTION", "0", 1);
   struct Case {
     const char* name;
     std::vector<SeqShape> seqs;
@@ -190,6 +193,73 @@ TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
       const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
       EXPECT_EQ(compare(expected, batch_out, tolerance_vs_reference(dtype)), "");
     }
+  }
+  unsetenv("PAGELLM_CUDA_PREFILL_ATTENTION");
+}
+
+// The prefill kernel (16-bit dtypes, q_len >= 2): the rows of a prompt chunk are bitwise the rows
+// the same positions get when the whole prompt runs in one piece inside a batch (chunked prefill ==
+// one piece, alone == batched), and both are right against the reference. Tiles of 64 rows start at
+// the chunk's first row, so a chunk starting at position 100 cuts the tiles differently.
+TEST(CudaAttention, PrefillRowsDoNotDependOnBatchOrChunking) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  struct Variant {
+    DType dtype;
+    int64_t head_dim;
+    bool causal;
+    int32_t window;
+    float softcap;
+  };
+  const Variant variants[] = {
+      {DType::kBF16, 128, true, -1, 0.0f}, {DType::kBF16, 128, true, 96, 30.0f}, {DType::kF16, 64, true, -1, 0.0f},
+      {DType::kBF16, 32, false, -1, 0.0f}, {DType::kF16, 256, true, -1, 0.0f},  {DType::kBF16, 16, true, 40, 0.0f},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(fmt::format("{} head_dim {} causal {} window {} softcap {}", dtype_name(v.dtype), v.head_dim, v.causal,
+                             v.window, v.softcap));
+    AttentionCase batch;
+    batch.num_heads = 8;
+    batch.num_kv_heads = 2;
+    batch.head_dim = v.head_dim;
+    batch.dtype = v.dtype;
+    batch.causal = v.causal;
+    batch.window = v.window;
+    batch.softcap = v.softcap;
+    batch.seqs = {{5, 60}, {300, 300}, {1, 900}, {70, 500}, {2, 2}};
+    const size_t target = 1;
+    Rng rng(11);
+    const DenseInputs in = make_dense_inputs(batch, rng);
+    const PagedInputs paged = page_inputs(batch, in, 16, rng);
+    const AttentionParams params = make_params(batch, in, paged);
+    const Tensor batch_out = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, v.dtype);
+    const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+    EXPECT_EQ(compare(expected, batch_out, tolerance_vs_reference(v.dtype)), "");
+
+    // The chunk of positions [100, 200) of the target's prompt, alone, with 200 keys in the cache.
+    // (Non-causal rows see every key in the cache, so the chunk sees fewer keys: only causal
+    // variants compare bits.)
+    const int64_t chunk_first = 100, chunk_len = 100;
+    const int64_t row0 = in.cu_seqlens_q.ptr<int32_t>()[target] + chunk_first;
+    Tensor cu = Tensor::cpu({2}, DType::kI32), lens = Tensor::cpu({1}, DType::kI32);
+    cu.ptr<int32_t>()[0] = 0;
+    cu.ptr<int32_t>()[1] = static_cast<int32_t>(chunk_len);
+    lens.ptr<int32_t>()[0] = static_cast<int32_t>(chunk_first + chunk_len);
+    AttentionParams alone = params;
+    alone.cu_seqlens_q = cu.view();
+    alone.seq_lens_k = lens.view();
+    alone.block_tables = paged.block_tables.view().slice_rows(static_cast<int64_t>(target), static_cast<int64_t>(target) + 1);
+    alone.max_seqlen_q = static_cast<int32_t>(chunk_len);
+    alone.max_seqlen_k = static_cast<int32_t>(chunk_first + chunk_len);
+    const Tensor alone_out =
+        run_cuda(*gpu, in.q.view().slice_rows(row0, row0 + chunk_len), paged.k_cache, paged.v_cache, alone, v.dtype);
+    if (v.causal) {
+      const size_t row_bytes = static_cast<size_t>(batch.num_heads * batch.head_dim) * dtype_size_bytes(v.dtype);
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row0) * row_bytes,
+                            alone_out.view().data, static_cast<size_t>(chunk_len) * row_bytes), 0);
+    }
+    const std::vector<double> expected_alone =
+        reference::attention(in.q.view().slice_rows(row0, row0 + chunk_len), paged.k_cache, paged.v_cache, alone);
+    EXPECT_EQ(compare(expected_alone, alone_out, tolerance_vs_reference(v.dtype)), "");
   }
 }
 

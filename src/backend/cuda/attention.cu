@@ -769,7 +769,13 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
                          max_keys > 0;
   const bool decode_only = decode_ok && max_seqlen_q == 1;
   const bool mixed = decode_ok && !decode_only && a.num_seqs >= 2;  // decode rows go to the decode kernel
-  plan.general = !decode_only;
+  const char* prefill_env = std::getenv("PAGELLM_CUDA_PREFILL_ATTENTION");
+  const int64_t prefill_smem = prefill_attention_smem_bytes(head_dim);
+  plan.prefill = decode_ok && max_seqlen_q >= 2 && (dtype == DType::kBF16 || dtype == DType::kF16) &&
+                 (prefill_env == nullptr || std::string_view(prefill_env) != "0") && prefill_smem > 0 &&
+                 prefill_smem <= smem_optin_limit() && aligned(a.q) && (a.q_stride_row * elem) % 16 == 0 &&
+                 (a.q_stride_head * elem) % 16 == 0;
+  plan.general = !decode_only && !plan.prefill;
   plan.general_skips_decode = mixed;
   if (plan.general && plan.splits > 1) plan.partial_floats = row_heads * plan.splits * (head_dim + 2);
   if (!decode_only && !mixed) return plan;  // one sequence of unknown or longer q_len: the general kernel alone
@@ -804,6 +810,10 @@ cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const Atten
                              cudaStream_t stream) {
   if (args.num_tokens * args.num_heads == 0) return cudaSuccess;
   const int64_t head_dim = args.k_layout.head_dim;
+  if (plan.prefill) {
+    const cudaError_t status = launch_prefill_attention(dtype, args, stream);
+    if (status != cudaSuccess) return status;
+  }
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
     if (head_dim <= 32) return run_attention<T, 1>(args, plan, partials, stream);

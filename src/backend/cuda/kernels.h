@@ -110,18 +110,24 @@ struct AttentionArgs {
 inline constexpr int64_t kAttentionPartition = 128;
 
 // How launch_attention runs one call, planned on the host from shapes and hints alone (so a CUDA
-// graph of a decode step replays the same launches). Two kernels share the work:
+// graph of a decode step replays the same launches). Three kernels share the work:
 //  - the general kernel (any q_len): block (row, query head[, split]); with splits > 1
 //    ("flash-decoding"), block (row, head, split) computes only partition `split` and a second kernel
 //    folds them in order;
 //  - the decode kernel (sequences with q_len == 1): block (sequence, kv head[, split]) serves every
 //    query head of the kv head's GQA group from one read of each K/V chunk; with decode_splits > 1 each
 //    block covers a range of units (decode_unit_chunks chunks of 32 keys) and writes one state per unit,
-//    folded in order by a merge kernel.
-// Every route folds the same 32-key chunk states in the same order with the same arithmetic, so a
-// row's output does not depend on the plan (batch invariance, bitwise).
+//    folded in order by a merge kernel;
+//  - the prefill kernel (sequences with q_len >= 2, 16-bit dtypes, when the max_seqlen_q hint is >= 2):
+//    block (64-row tile, query head) on tensor cores; it replaces the general kernel, and the decode
+//    kernel takes the batch's q_len == 1 sequences.
+// The general and decode kernels fold the same 32-key chunk states in the same order with the same
+// arithmetic, so a decode row's output does not depend on the plan (batch invariance, bitwise). The
+// prefill kernel sums in its own (fixed, per-row) order: its rows do not depend on the batch or on the
+// chunking of the prompt, but differ in the last bits from what the general kernel gives.
 struct AttentionPlan {
   bool general = true;               // launch the general kernel
+  bool prefill = false;              // launch the prefill kernel
   bool general_skips_decode = false;  // ... leaving sequences with q_len == 1 to the decode kernel
   int64_t splits = 1;                 // general kernel
   int64_t decode_splits = 0;          // 0: no decode kernel
@@ -130,8 +136,14 @@ struct AttentionPlan {
   int64_t decode_smem_bytes = 0;
   int64_t partial_floats = 0;         // scratch `partials` must hold
 };
+// The prefill kernel (prefill_attention.cu): sequences with q_len >= 2 in bf16/f16, head_dim 16, 32,
+// 64, 128 or 256, on tensor cores (wmma); 0 bytes = head_dim not supported.
+int64_t prefill_attention_smem_bytes(int64_t head_dim);
+cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cudaStream_t stream);
+
 // max_keys: the longest context any row may have (block-table width, or the max_seqlen_k hint);
-// max_seqlen_q: the hint (0 = unknown). PAGELLM_CUDA_DECODE_ATTENTION=0 turns the decode kernel off.
+// max_seqlen_q: the hint (0 = unknown). PAGELLM_CUDA_DECODE_ATTENTION=0 turns the decode kernel off,
+// PAGELLM_CUDA_PREFILL_ATTENTION=0 the prefill kernel (read at every plan, so tests can toggle it).
 AttentionPlan plan_attention(DType dtype, const AttentionArgs& args, int64_t max_keys, int32_t max_seqlen_q,
                              int num_sms);
 cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
