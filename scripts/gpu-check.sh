@@ -58,6 +58,13 @@ done
 has() { [[ " ${built[*]} " == *" $1 "* ]]; }
 fi
 
+# ----- transformers' hybrid fixture expectations (GPU_CHECK_HF_HYBRID=1), on the CPU beside the tests
+hf_pid=
+if [ -n "${GPU_CHECK_HF_HYBRID:-}" ]; then
+  (python3 tools/hf_golden_hybrid.py --out "$out/hybrid" --expected-only >"$out/hf_hybrid.log" 2>&1) &
+  hf_pid=$!
+fi
+
 # ----- tests ----------------------------------------------------------------------------------
 run_tests() {  # binary filter name: 8 shards in parallel (the f64 reference runs on the CPU)
   local log="$out/$3.log" shards=8 rc=0
@@ -197,6 +204,11 @@ print(f"ncu: {sum(cnt.values())} kernels, {all_ns/1e3:.1f} us of GPU time (2 dec
 for name, ns in tot.most_common(12): print(f"  {ns/all_ns*100:5.1f}%  {ns/1e3:9.1f} us  x{cnt[name]:4d}  {name}")
 PY
   done
+fi
+
+if [ -n "$hf_pid" ]; then
+  wait "$hf_pid"
+  note "hf_golden_hybrid --expected-only: rc=$? $(grep -E 'ok|FAILED' "$out/hf_hybrid.log" | tr '\n' ' ' | cut -c1-300)"
 fi
 
 echo

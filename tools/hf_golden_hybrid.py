@@ -6,10 +6,16 @@ qwen3_next (MoE with shared expert), f32, random weights with every norm weight,
 moved away from its init value (so a w vs 1+w mix-up, or a gate bug, cannot hide). expected.json
 holds prompt ids, greedy continuations from model.generate (cached state path), top-1 margins, the
 next-token logits after each prompt, and, per prompt, the max |difference| between the last-position
-logits of one full forward and of a token-by-token forward (transformers' own consistency).
+logits of one full forward and of a token-by-token forward (transformers' own consistency), and the
+greedy continuation by full forwards without a cache (model(prompt + tokens so far) at every step;
+`full_forward_greedy_token_ids` with its margins): the model's math with no cache path involved, the
+oracle the tests check every token against (generate()'s cached prefill can part from it on a
+near-tie, as it does on one qwen3_5 prompt).
 Runs on the CPU (pure-torch GDN path, no flash-linear-attention).
 
 Usage: python3 tools/hf_golden_hybrid.py --out tests/golden/hybrid
+       (--expected-only: write only expected.json next to the checkpoint it would save, e.g. to
+        refresh the expectations of committed fixtures; the weights come from fixed seeds)
 """
 import argparse
 import json
@@ -82,9 +88,19 @@ def run_case(model, prompt):
                 kwargs["past_key_values"] = cache_out.past_key_values
             cache_out = model(ids[:, i:i + 1], **kwargs)
             step_logits = cache_out.logits[0, -1].float()
+        # greedy by full forwards, no cache
+        full_ids = list(prompt)
+        full_tokens, full_margins = [], []
+        for _ in range(NEW_TOKENS):
+            logits = model(torch.tensor([full_ids]), use_cache=False).logits[0, -1].float()
+            top2 = torch.topk(logits, 2)
+            full_tokens.append(int(top2.indices[0]))
+            full_margins.append(float(top2.values[0] - top2.values[1]))
+            full_ids.append(full_tokens[-1])
     tokens = out.sequences[0, len(prompt):].tolist()
     margins = [float(torch.topk(s[0].float(), 2).values.diff().abs()) for s in out.scores]
     return {"prompt_ids": prompt, "greedy_token_ids": tokens, "top1_margins": margins,
+            "full_forward_greedy_token_ids": full_tokens, "full_forward_top1_margins": full_margins,
             "prompt_next_token_logits": full.tolist(),
             "hf_full_vs_stepwise_max_abs_diff": float((full - step_logits).abs().max())}
 
@@ -92,6 +108,7 @@ def run_case(model, prompt):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--expected-only", action="store_true")
     args = parser.parse_args()
     builders = [("qwen3_5_text_tiny_f32", qwen35_text), ("qwen3_next_tiny_moe_f32", qwen3_next)]
     for index, (name, build) in enumerate(builders):
@@ -100,7 +117,10 @@ def main():
             randomise(model)
             model = model.float().eval()
             folder = os.path.join(args.out, name)
-            model.save_pretrained(folder)
+            if args.expected_only:
+                os.makedirs(folder, exist_ok=True)
+            else:
+                model.save_pretrained(folder)
             g = torch.Generator().manual_seed(4000 + index)
             prompts = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (1, 7, 33, 70)]
             cases = [run_case(model, p) for p in prompts]

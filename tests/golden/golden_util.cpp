@@ -30,7 +30,7 @@ bool GoldenCase::oracle_consistent() const {
 }
 
 std::vector<TokenId> GoldenCase::checked(const std::vector<TokenId>& tokens) const {
-  return oracle_consistent() ? tokens : std::vector<TokenId>(tokens.begin(), tokens.begin() + 1);
+  return full_forward || oracle_consistent() ? tokens : std::vector<TokenId>(tokens.begin(), tokens.begin() + 1);
 }
 
 namespace {
@@ -45,8 +45,13 @@ nlohmann::json read_expected(const fs::path& fixture_dir) {
 std::vector<GoldenCase> read_golden_cases(const fs::path& fixture_dir) {
   const nlohmann::json expected = read_expected(fixture_dir);
   std::vector<GoldenCase> cases;
-  for (const auto& c : expected["cases"])
-    cases.push_back({c["prompt_ids"], c["greedy_token_ids"], c["top1_margins"], c["prompt_next_token_logits"]});
+  for (const auto& c : expected["cases"]) {
+    if (c.contains("full_forward_greedy_token_ids"))
+      cases.push_back({c["prompt_ids"], c["full_forward_greedy_token_ids"], c["full_forward_top1_margins"],
+                       c["prompt_next_token_logits"], true});
+    else
+      cases.push_back({c["prompt_ids"], c["greedy_token_ids"], c["top1_margins"], c["prompt_next_token_logits"]});
+  }
   return cases;
 }
 

@@ -27,12 +27,15 @@ fs::path golden_fixture_root(const std::string& family);
 struct GoldenCase {
   std::vector<TokenId> prompt, greedy;
   std::vector<float> margins, logits;
+  // greedy holds the full-forward (no cache) greedy tokens when the fixture records them: the
+  // model's math with no cache path in between, checked in full.
+  bool full_forward = false;
   // Whether transformers agrees with itself on this case: the first-step margin of its generate()
   // equals the top-2 gap of its full-forward logits. In qwen3_5_text_tiny_f32's 33-token case it
   // does not (0.682 vs 0.582, same argmax): generate's cached prefill computed other numbers than
   // model(ids), and its greedy tokens part from model(ids)'s own at step 11 (we match model(ids):
   // logits to 4e-5, and prefill of prompt + 11 tokens picks 207 over 511 by 0.075). Such a case
-  // checks the first token only.
+  // checks the first token only, unless the fixture records full-forward greedy tokens.
   bool oracle_consistent() const;
   // tokens, or only their first where the oracle is not consistent.
   std::vector<TokenId> checked(const std::vector<TokenId>& tokens) const;
