@@ -1,6 +1,10 @@
 #include "backend/cuda/cublaslt_matmul.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 
 namespace pagellm::cuda {
 
@@ -26,9 +30,18 @@ int alignment_bytes(const void* ptr, int64_t ld, DType dtype) {
   return static_cast<int>(bits & (~bits + 1));
 }
 
+// PAGELLM_CUDA_GEMV=0 turns the GEMV off; unset or anything else leaves it on.
+bool gemv_enabled() {
+  const char* value = std::getenv("PAGELLM_CUDA_GEMV");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 }  // namespace
 
 CublasLtMatmul::CublasLtMatmul(cudaStream_t stream) : stream_(stream) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  gemv_supported_ = gemv_device_supported(device);
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
@@ -90,6 +103,10 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& key) {
 
 void CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
                          int64_t ld_w, int64_t m, int64_t n, int64_t k) {
+  if (gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k) && gemv_enabled()) {
+    CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, stream_));
+    return;
+  }
   const Key key{static_cast<int>(dtype), m, n, k, ld_out, ld_x, ld_w, alignment_bytes(out, ld_out, dtype),
                 alignment_bytes(x, ld_x, dtype), alignment_bytes(w, ld_w, dtype)};
   auto it = plans_.find(key);

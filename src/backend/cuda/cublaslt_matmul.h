@@ -1,5 +1,14 @@
-// Matrix products through cuBLASLt: out[M, N] = x[M, K] . w[N, K]^T with row strides, f32
-// accumulation. Descriptors and the heuristic's algorithm are cached per shape (and alignment), so a
+// Matrix products: out[M, N] = x[M, K] . w[N, K]^T with row strides, f32 accumulation.
+//
+// Decode-sized bf16/f16 products (M <= 8, gemv.h's gemv_applies: k, ld_x multiples of 8, x and w
+// 16-byte aligned) go to the GEMV of gemv.cu, which streams w at close to HBM bandwidth where
+// cuBLASLt's tiles reach ~30% of it, and keeps rows batch invariant for M <= 8. Everything else, f32
+// always (its fixtures want true f32 sums), goes to cuBLASLt. PAGELLM_CUDA_GEMV=0 in the environment
+// sends everything to cuBLASLt; it is read at every call (getenv is cheap next to a launch), so tests
+// and benchmarks can compare the two paths within one process (a captured CUDA graph keeps the path
+// it was captured with).
+//
+// cuBLASLt: descriptors and the heuristic's algorithm are cached per shape (and alignment), so a
 // shape pays for planning once; one workspace is allocated at construction.
 //
 // Row-major to cuBLASLt's column-major: a row-major [R, C] matrix with row stride ld is the
@@ -25,7 +34,7 @@ class CublasLtMatmul {
   CublasLtMatmul(const CublasLtMatmul&) = delete;
   CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
 
-  // All three operands have `dtype` (f32, bf16 or f16); strides in elements.
+  // All three operands have `dtype` (f32, bf16 or f16); strides in elements. Launches on the stream.
   void run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w, int64_t ld_w,
            int64_t m, int64_t n, int64_t k);
 
@@ -40,6 +49,7 @@ class CublasLtMatmul {
   Plan make_plan(const Key& key);
 
   cudaStream_t stream_;
+  bool gemv_supported_ = false;  // the device runs gemv.cu's mma.sync (compute capability 8.0+)
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

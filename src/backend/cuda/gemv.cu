@@ -1,0 +1,169 @@
+// The decode-sized matrix product (gemv.h): out[M, N] = x[M, K] . w[N, K]^T, M <= 8, bf16/f16.
+//
+// Why tensor cores for a "GEMV": with plain FMAs every 16-byte piece of w costs 8 conversions plus
+// 8 * M FMAs plus 8 * M conversions of x per lane, so at M = 8 the SM's issue rate, not HBM, is the
+// limit (~4 TB/s at best on an H100/H200). One mma.sync.m16n8k16 instead multiplies 8 rows of w by
+// all 8 rows of x over 16 k: per 512 bytes of w a warp issues one load instruction of w (16 bytes a
+// lane), at most one of x and two mma. The cost is the same for every M <= 8, so the SM's issue slots
+// go to keeping loads in flight.
+//
+// Mapping (per warp, one "step" = 8 rows of w x 32 k):
+//   lane = 4 g + t (g = lane / 4 in 0..7, t = lane % 4)
+//   the lane loads 8 consecutive elements w[n0 + g, k0 + 8t .. +8] and x[g, k0 + 8t .. +8] (x row g
+//   only when g < M; zeros otherwise) as one uint4 each, and feeds them to two m16n8k16 mma:
+//   A = x (16 x 16, rows 8..15 zero), B = w^T (16 x 8, column n = g), C (16 x 8 f32).
+//   The mma's fragments want, for lane (g, t): A row g at logical k {2t, 2t+1, 2t+8, 2t+9}, B column g
+//   at the same logical k. Logical k 2t + j and 2t + 8 + j are mapped to physical k0 + 8t + j and
+//   k0 + 8t + 2 + j (first mma; + 4 for the second): a bijection that depends only on (t, logical k),
+//   so A and B see the same permutation of k and the product is the plain sum over k. C lane (g, t)
+//   holds out[m = g, n0 + 2t] and out[g, n0 + 2t + 1] (rows g + 8 are the zero padding of A).
+//
+// Split K: a block owns 8 output columns n (one tile) and its warps take contiguous ranges of steps;
+// each warp chains its mma in ascending k, then the warps' partial sums are added in warp order
+// through shared memory. The number of warps and their ranges depend on K only, and the tensor core
+// computes each element of C from its own row of A and column of B: row m's result is the same bits
+// for every M (batch invariance), and does not depend on what the other rows of x hold.
+//
+// Launch geometry: grid = ceil(N / 8) blocks; warps per block = ceil(ceil(K / 32) / kUnroll), 1..16,
+// so for K <= 4096 each warp issues all its loads (kUnroll = 8 steps, 128 bytes of w per lane) at once
+// and waits for memory once: Qwen3-0.6B's K = 1024 gives 4 warps, 2048 gives 8, 3072 gives 12.
+// ptxas (sm_90a): 90 registers a thread, no spills, 4 KiB of shared memory; about 20 resident warps
+// an SM, i.e. ~80 KiB of w in flight per SM (~10 MB on 132 SMs), well above the ~5 MB that HBM's
+// bandwidth x latency asks for.
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/gemv.h"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kTileRows = 8;   // columns n of out per block: the mma's N
+constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
+constexpr int kUnroll = 8;     // steps whose loads a warp has in flight at once
+constexpr int kMaxWarps = 16;  // split-K warps per block (K > 4096 loops within a warp)
+
+// 16 bytes of w, read once: no L1 allocation, so x (reused by every block) keeps the L1.
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// c += A . B for m16n8k16 with A rows 8..15 zero: a0 = A(g, 2t..2t+1), a2 = A(g, 2t+8..2t+9),
+// b0 = B(2t..2t+1, g), b1 = B(2t+8..2t+9, g); two 16-bit elements per register, low half first.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // launch_gemv refuses devices below 8.0; this keeps older -arch builds compiling
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                                  uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+#endif
+}
+
+// One block per tile of 8 columns n; blockDim.x / 32 warps split K into ranges of steps_per_warp steps.
+template <typename T>
+__global__ void __launch_bounds__(kMaxWarps * 32)
+    gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x,
+                const T* __restrict__ w, int64_t ld_w, int m, int64_t n, int64_t k, int64_t steps_per_warp) {
+  __shared__ float partial[kMaxWarps][kTileRows][kTileRows];  // [warp][m][n - n0]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const bool w_row_ok = n0 + g < n;  // the last tile of an N that is not a multiple of 8
+  const bool x_row_ok = g < m;
+  const T* w_lane = w + (w_row_ok ? (n0 + g) * ld_w : 0) + 8 * t;
+  const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + 8 * t;
+  const int64_t first_step = warp * steps_per_warp;
+
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int64_t i = 0; i < steps_per_warp; i += kUnroll) {
+    uint4 wv[kUnroll], xv[kUnroll];
+    // All loads first: kUnroll x 16 bytes of w per lane in flight before the first mma waits.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k0 = (first_step + i + u) * kStepK;
+      const bool in_range = i + u < steps_per_warp && k0 + 8 * t < k;  // k % 8 == 0: a piece is all in or out
+      wv[u] = in_range && w_row_ok ? load_streaming(w_lane + k0) : zero;
+      xv[u] = in_range && x_row_ok ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0)) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i + u >= steps_per_warp) break;  // warp-uniform: every lane agrees, as mma.sync requires
+      mma_16816<T>(c, xv[u].x, xv[u].y, wv[u].x, wv[u].y);
+      mma_16816<T>(c, xv[u].z, xv[u].w, wv[u].z, wv[u].w);
+    }
+  }
+
+  partial[warp][g][2 * t] = c[0];
+  partial[warp][g][2 * t + 1] = c[1];
+  __syncthreads();
+  if (threadIdx.x < kTileRows * kTileRows) {
+    const int row = static_cast<int>(threadIdx.x) / kTileRows, col = static_cast<int>(threadIdx.x) % kTileRows;
+    if (row < m && n0 + col < n) {
+      const int num_warps = static_cast<int>(blockDim.x) / 32;
+      float sum = partial[0][row][col];
+      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by K alone
+      out[row * ld_out + n0 + col] = from_f32<T>(sum);
+    }
+  }
+}
+
+}  // namespace
+
+bool gemv_device_supported(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+}
+
+cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
+                        int64_t ld_w, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (!gemv_applies(dtype, x, ld_x, w, ld_w, m, k) || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t num_tiles = (n + kTileRows - 1) / kTileRows;
+  if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t steps = (k + kStepK - 1) / kStepK;
+  int64_t warps = (steps + kUnroll - 1) / kUnroll;
+  warps = warps < 1 ? 1 : (warps > kMaxWarps ? kMaxWarps : warps);
+  const int64_t steps_per_warp = (steps + warps - 1) / warps;
+  const dim3 grid(static_cast<unsigned>(num_tiles)), block(static_cast<unsigned>(warps * 32));
+  const int rows = static_cast<int>(m);
+  switch (dtype) {
+    case DType::kBF16:
+      gemv_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(out), ld_out, static_cast<const __nv_bfloat16*>(x), ld_x,
+          static_cast<const __nv_bfloat16*>(w), ld_w, rows, n, k, steps_per_warp);
+      break;
+    case DType::kF16:
+      gemv_kernel<__half><<<grid, block, 0, stream>>>(static_cast<__half*>(out), ld_out,
+                                                      static_cast<const __half*>(x), ld_x,
+                                                      static_cast<const __half*>(w), ld_w, rows, n, k,
+                                                      steps_per_warp);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace pagellm::cuda
