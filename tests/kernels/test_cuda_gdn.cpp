@@ -1,10 +1,15 @@
 // The CUDA hybrid-model ops (backend/cuda/gdn.cu) against their CPU twins on random data: gdn_conv1d
 // and gdn_delta_rule over varlen batches of new (zeroed slot) and continuing sequences, Hv/Hk of 1
 // and 2 (and 3), dk = dv in {16, 128} (and 48/40, off the warp width), K = 4, strided inputs as the
-// model passes them; gated_rms_norm, sigmoid_mul (full-width and per-row gates), add_rows_scaled
-// (a row named twice). f32 near-exact, bf16 within a few ulps. Outputs are poisoned (NaN) before each
-// GPU run. Skips, with the reason, where there is no GPU or no CUDA build.
+// model passes them; the delta rule's chunked kernel against the CPU's chunked and recurrent forms
+// around the chunk size (1 ... 513 tokens, Qwen3.5 head counts), its routing by length (form, env,
+// hint), and a prompt fed over several calls; gated_rms_norm, sigmoid_mul (full-width and per-row
+// gates), add_rows_scaled (a row named twice). f32 near-exact, bf16 within a few ulps. Outputs are
+// poisoned (NaN) before each GPU run. Skips, with the reason, where there is no GPU or no CUDA build.
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -190,10 +195,172 @@ TEST(CudaGdn, DeltaRuleMatchesCpu) {
   }
 }
 
-// A sequence split over several calls (chunked prefill, then decode) ends where one call ends.
+// ----- gdn_delta_rule: the chunked kernel and the routing between the two kernels ---------------
+
+// Random inputs of gdn_delta_rule for a batch in the model's layout (conv output [T, q | k | v],
+// in_proj [T, ... | b | a]); run() gives out [T, Hv, dv] and the state [num_slots, Hv, dk, dv] f32
+// one backend computes from them (inputs copied to its device, its output poisoned first).
+struct DeltaInputs {
+  DeltaShape s;
+  DType dtype;
+  Batch batch;
+  Tensor conv, ab, a_log, dt_bias, state0;
+
+  DeltaInputs(const DeltaShape& shape, DType dt, Batch b, uint64_t seed) : s(shape), dtype(dt), batch(std::move(b)) {
+    Rng rng(seed);
+    const int64_t t = batch.num_tokens(), key_dim = s.hk * s.dk, value_dim = s.hv * s.dv;
+    conv = random_tensor({t, 2 * key_dim + value_dim}, dtype, rng, -1.0f, 1.0f);
+    ab = random_tensor({t, 8 + 2 * s.hv}, dtype, rng, -2.5f, 2.5f);
+    std::vector<float> alog, dtb;
+    for (int64_t h = 0; h < s.hv; ++h) {
+      alog.push_back(rng.uniform(-0.5f, 1.5f));
+      dtb.push_back(rng.uniform(0.0f, 2.0f));
+    }
+    a_log = f32_tensor(alog);
+    dt_bias = f32_tensor(dtb);
+    state0 = batch.state({batch.num_slots, s.hv, s.dk, s.dv}, DType::kF32, rng, 0.3f);
+  }
+
+  std::pair<Tensor, Tensor> run(Backend& backend, GdnAlgo algo, int32_t max_seqlen_q = 0) const {
+    const int64_t t = batch.num_tokens(), key_dim = s.hk * s.dk;
+    const Tensor cu = to_device(backend, i32_tensor(batch.cu).view());
+    const Tensor slots = to_device(backend, i32_tensor(batch.slots).view());
+    const Tensor d_conv = to_device(backend, conv.view()), d_ab = to_device(backend, ab.view());
+    const Tensor d_alog = to_device(backend, a_log.view()), d_dtb = to_device(backend, dt_bias.view());
+    Tensor d_state = to_device(backend, state0.view());
+    Tensor d_out = poisoned(backend, {t, s.hv, s.dv}, dtype);
+    const TensorView cv = d_conv.view(), abv = d_ab.view();
+    backend.gdn_delta_rule(d_out.view(), heads_of(cv, 0, s.hk, s.dk), heads_of(cv, key_dim, s.hk, s.dk),
+                           heads_of(cv, 2 * key_dim, s.hv, s.dv), columns_of(abv, 8 + s.hv, s.hv),
+                           columns_of(abv, 8, s.hv), d_alog.view(), d_dtb.view(), d_state.view(),
+                           GdnParams{cu.view(), slots.view(), max_seqlen_q, algo});
+    return {to_host(backend, d_out.view()), to_host(backend, d_state.view())};
+  }
+};
+
+// Lengths around the chunk size (C = 64) in one varlen batch, new and continuing sequences, decode
+// rows first, between and last.
+const Batch& chunk_grid_batch() {
+  static const Batch b = [] {
+    Batch batch({1, 7, 63, 64, 1, 65, 200, 513, 1}, {3, 0, 6, 1, 8, 7, 4, 2, 5},
+                {false, true, false, true, false, false, false, true, false});
+    batch.num_slots = 10;  // slot 9 unused: a neighbour no sequence may write
+    return batch;
+  }();
+  return b;
+}
+
+// The rows of `t` (outer dim) of the given sequences' tokens (`by_slot`: of their slots instead),
+// in batch order, so outputs of one route can be compared alone.
+Tensor rows_of_seqs(const Tensor& t, const Batch& b, const std::vector<size_t>& seqs, bool by_slot) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t s : seqs) {
+    if (by_slot) ranges.emplace_back(b.slots[s], b.slots[s] + 1);
+    else ranges.emplace_back(b.cu[s], b.cu[s + 1]);
+  }
+  int64_t rows = 0;
+  for (const auto& [begin, end] : ranges) rows += end - begin;
+  const int64_t row_bytes = t.nbytes() / t.shape()[0];
+  Tensor out = Tensor::cpu({rows, row_bytes / static_cast<int64_t>(dtype_size_bytes(t.dtype()))}, t.dtype());
+  char* dst = out.ptr<char>();
+  for (const auto& [begin, end] : ranges) {
+    std::memcpy(dst, t.ptr<char>() + begin * row_bytes, static_cast<size_t>((end - begin) * row_bytes));
+    dst += (end - begin) * row_bytes;
+  }
+  return out;
+}
+
+// Sets an environment variable for one scope (the CUDA launcher reads it at every call).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// GdnAlgo::kChunked sends every sequence (decode rows too) through the chunked kernel; it must
+// match the CPU's chunked form (same chunk boundaries) and its recurrent form, out and state.
+TEST(CudaGdn, ChunkedDeltaRuleMatchesCpuChunkedAndRecurrent) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  // Qwen3.5-0.8B's GDN (16 key heads, 16 value heads of 128), the larger Qwen3.5 shape (16 / 32),
+  // small heads, dk and dv off the warp width, dv spanning 3 column tiles.
+  const DeltaShape shapes[] = {{16, 16, 128, 128}, {16, 32, 128, 128}, {2, 4, 16, 16}, {1, 3, 48, 40}, {2, 2, 64, 72}};
+  for (const DeltaShape& s : shapes) {
+    for (DType dtype : kFloatTypes) {
+      SCOPED_TRACE(fmt::format("{} Hk {} Hv {} dk {} dv {}", dtype_name(dtype), s.hk, s.hv, s.dk, s.dv));
+      const DeltaInputs in(s, dtype, chunk_grid_batch(), static_cast<uint64_t>(s.hk * 1000 + s.hv * 100 + s.dk + s.dv));
+      const auto cpu_chunked = in.run(cpu, GdnAlgo::kChunked);
+      const auto cpu_recurrent = in.run(cpu, GdnAlgo::kRecurrent);
+      const auto got = in.run(*gpu, GdnAlgo::kChunked);
+      const Tol tol = dtype == DType::kF32 ? Tol{1e-4, 2e-5} : ulps(dtype, 2, 1e-4);
+      EXPECT_EQ(compare_tensors(cpu_chunked.first, got.first, tol.rel, tol.abs), "") << "out vs CPU chunked";
+      EXPECT_EQ(compare_tensors(cpu_chunked.second, got.second, 1e-4, 2e-5), "") << "state vs CPU chunked";
+      EXPECT_EQ(compare_tensors(cpu_recurrent.first, got.first, tol.rel, 2 * tol.abs), "") << "out vs CPU recurrent";
+      EXPECT_EQ(compare_tensors(cpu_recurrent.second, got.second, 1e-4, 4e-5), "") << "state vs CPU recurrent";
+    }
+  }
+}
+
+// kAuto: sequences of >= 16 tokens take the chunked kernel, shorter ones the recurrent kernel, so
+// each sequence's rows and slot equal (bitwise) those of the forced form; the env switches and the
+// max_seqlen_q hint move the line, and a hint that is too small still computes every row; shapes
+// outside the chunked kernel (dk > 128, dk % 4 != 0) stay recurrent whatever the form.
+TEST(CudaGdn, DeltaRuleRoutesSequencesByLength) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  constexpr int64_t kChunkedMinTokens = 16;
+  const Batch& batch = chunk_grid_batch();
+  std::vector<size_t> short_seqs, long_seqs;
+  for (size_t s = 0; s < batch.lengths.size(); ++s)
+    (batch.lengths[s] >= kChunkedMinTokens ? long_seqs : short_seqs).push_back(s);
+  auto expect_same = [&](const std::pair<Tensor, Tensor>& want, const std::pair<Tensor, Tensor>& got,
+                         const std::vector<size_t>& seqs, const char* what) {
+    EXPECT_EQ(compare_tensors(rows_of_seqs(want.first, batch, seqs, false), rows_of_seqs(got.first, batch, seqs, false),
+                              0, 0), "") << what << ": out";
+    EXPECT_EQ(compare_tensors(rows_of_seqs(want.second, batch, seqs, true), rows_of_seqs(got.second, batch, seqs, true),
+                              0, 0), "") << what << ": state";
+  };
+  std::vector<size_t> all(batch.lengths.size());
+  for (size_t s = 0; s < all.size(); ++s) all[s] = s;
+
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const DeltaInputs in({2, 4, 128, 128}, dtype, batch, 91);
+    const auto recurrent = in.run(*gpu, GdnAlgo::kRecurrent);
+    const auto chunked = in.run(*gpu, GdnAlgo::kChunked);
+    const auto automatic = in.run(*gpu, GdnAlgo::kAuto);
+    expect_same(chunked, automatic, long_seqs, "kAuto, long sequences = kChunked");
+    expect_same(recurrent, automatic, short_seqs, "kAuto, short sequences = kRecurrent");
+    expect_same(automatic, in.run(*gpu, GdnAlgo::kAuto, 513), all, "an exact hint changes nothing");
+    expect_same(recurrent, in.run(*gpu, GdnAlgo::kAuto, 1), all, "a hint of 1: the recurrent kernel for all");
+    {
+      const ScopedEnv off("PAGELLM_CUDA_GDN_CHUNKED", "0");
+      expect_same(recurrent, in.run(*gpu, GdnAlgo::kAuto), all, "PAGELLM_CUDA_GDN_CHUNKED=0");
+      expect_same(chunked, in.run(*gpu, GdnAlgo::kChunked), all, "an explicit kChunked outranks the env");
+    }
+    {
+      const ScopedEnv from_one("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "1");
+      expect_same(chunked, in.run(*gpu, GdnAlgo::kAuto), all, "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS=1");
+    }
+  }
+  for (const DeltaShape& s : {DeltaShape{1, 2, 160, 32}, DeltaShape{1, 2, 18, 16}}) {
+    SCOPED_TRACE(fmt::format("dk {} (outside the chunked kernel)", s.dk));
+    const DeltaInputs in(s, DType::kF32, batch, 17);
+    expect_same(in.run(*gpu, GdnAlgo::kRecurrent), in.run(*gpu, GdnAlgo::kChunked), all, "kChunked = kRecurrent");
+  }
+}
+
+// A prompt split over several calls (chunked prefill, then decode) ends where one call ends: pieces
+// of 1, 7 and 64 tokens and an uneven split, under every form. The recurrent kernel does the same
+// arithmetic either way (bitwise), so does the chunked one when the pieces keep its 64-token chunk
+// boundaries; otherwise the chunks differ and so does the rounding (f32 tolerance).
 TEST(CudaGdn, DeltaRuleCarriesTheStateAcrossCalls) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const int64_t hk = 2, hv = 4, dk = 128, dv = 128, t = 40;
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 128, t = 200;
   Rng rng(77);
   const Tensor q = random_tensor({t, hk, dk}, DType::kF32, rng), k = random_tensor({t, hk, dk}, DType::kF32, rng);
   const Tensor v = random_tensor({t, hv, dv}, DType::kF32, rng);
@@ -202,24 +369,44 @@ TEST(CudaGdn, DeltaRuleCarriesTheStateAcrossCalls) {
   Tensor dq = to_device(*gpu, q.view()), dk_ = to_device(*gpu, k.view()), dv_ = to_device(*gpu, v.view());
   Tensor da = to_device(*gpu, a.view()), db = to_device(*gpu, b.view());
   Tensor dal = to_device(*gpu, a_log.view()), ddt = to_device(*gpu, dt_bias.view());
-  auto run = [&](const std::vector<int64_t>& pieces) {
+  auto run = [&](const std::vector<int64_t>& pieces, GdnAlgo algo) {
     Tensor state = gpu->alloc({2, hv, dk, dv}, DType::kF32);
     Tensor out = gpu->alloc({t, hv, dv}, DType::kF32);
     int64_t at = 0;
     for (int64_t n : pieces) {
       GpuParams p(*gpu, Batch({static_cast<int32_t>(n)}, {1}, {at == 0}));
+      p.params.algo = algo;
       gpu->gdn_delta_rule(out.view().slice_rows(at, at + n), dq.view().slice_rows(at, at + n),
                           dk_.view().slice_rows(at, at + n), dv_.view().slice_rows(at, at + n),
                           da.view().slice_rows(at, at + n), db.view().slice_rows(at, at + n), dal.view(), ddt.view(),
                           state.view(), p.params);
       at += n;
     }
+    EXPECT_EQ(at, t);
     return std::make_pair(to_host(*gpu, out.view()), to_host(*gpu, state.view()));
   };
-  const auto whole = run({t});
-  const auto pieces = run({1, 7, 20, 1, 1, 10});
-  EXPECT_EQ(compare_tensors(whole.first, pieces.first, 0, 0), "");
-  EXPECT_EQ(compare_tensors(whole.second, pieces.second, 0, 0), "");
+  auto split = [&](int64_t piece) {
+    std::vector<int64_t> pieces;
+    for (int64_t at = 0; at < t; at += piece) pieces.push_back(std::min(piece, t - at));
+    return pieces;
+  };
+  const std::vector<int64_t> uneven = {1, 7, 20, 1, 1, 10, 64, 96};
+  for (GdnAlgo algo : {GdnAlgo::kAuto, GdnAlgo::kChunked, GdnAlgo::kRecurrent}) {
+    SCOPED_TRACE(fmt::format("algo {}", static_cast<int>(algo)));
+    const auto whole = run({t}, algo);
+    for (const std::vector<int64_t>& pieces : {split(1), split(7), split(64), uneven}) {
+      SCOPED_TRACE(fmt::format("pieces of {} ({} calls)", pieces[0], pieces.size()));
+      const bool bitwise = algo == GdnAlgo::kRecurrent || (algo == GdnAlgo::kChunked && pieces == split(64));
+      const double rel = bitwise ? 0 : 1e-4, abs = bitwise ? 0 : 2e-5;
+      const auto got = run(pieces, algo);
+      EXPECT_EQ(compare_tensors(whole.first, got.first, rel, abs), "") << "out";
+      EXPECT_EQ(compare_tensors(whole.second, got.second, rel, abs), "") << "state";
+    }
+  }
+  // And the forms agree with each other on the whole prompt.
+  const auto recurrent = run({t}, GdnAlgo::kRecurrent), chunked = run({t}, GdnAlgo::kChunked);
+  EXPECT_EQ(compare_tensors(recurrent.first, chunked.first, 1e-4, 2e-5), "") << "out, chunked vs recurrent";
+  EXPECT_EQ(compare_tensors(recurrent.second, chunked.second, 1e-4, 2e-5), "") << "state, chunked vs recurrent";
 }
 
 // ----- gated_rms_norm, sigmoid_mul, add_rows_scaled ---------------------------------------------

@@ -7,6 +7,7 @@
 // state slot state_slots[s]; it reads the slot, then leaves its final state there. Padding rows of a
 // graph bucket all name one scratch slot: what lands there is never read for a real request.
 #include <cfloat>
+#include <cstdlib>
 
 #include "backend/cuda/device_common.cuh"
 
@@ -83,8 +84,11 @@ __global__ void gdn_conv1d_state_kernel(Rows x, T* __restrict__ state, GdnSeqs s
 }
 
 // ----- gdn_delta_rule ---------------------------------------------------------------------------
-// The recurrent form (B.9) for every sequence length: block (sequence, value head, 32-column tile
-// of dv), 4 warps. Lane l owns column j = tile * 32 + l of S [dk, dv]; warp w owns rows w, w + 4, ...
+// Two kernels share a varlen batch by sequence length: sequences shorter than `chunked_from` tokens
+// take the recurrent kernel, the others the chunked one (each kernel's blocks of the other's
+// sequences return at once).
+//
+// The recurrent form (B.9): block (sequence, value head, 32-column tile of dv), 4 warps. Lane l owns column j = tile * 32 + l of S [dk, dv]; warp w owns rows w, w + 4, ...
 // of that column, R of them in registers (dk <= 4 R). Per token: S *= e^g; m = S^T k (a column dot,
 // partial per warp, summed through shared memory); d = beta (v - m); S += k d^T; o = S^T q likewise.
 // Tokens are prepared kDeltaTokens at a time: normalised q and k, e^g, beta and the tile of v in
@@ -94,7 +98,7 @@ constexpr int kDeltaWarps = 4;
 constexpr int kDeltaTokens = 16;
 
 template <typename T, int R>
-__global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDeltaArgs a) {
+__global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDeltaArgs a, int64_t chunked_from) {
   extern __shared__ float qk_shared[];  // q [kDeltaTokens][dk], then k [kDeltaTokens][dk]
   __shared__ float decay_s[kDeltaTokens], beta_s[kDeltaTokens], v_s[kDeltaTokens][32];
   __shared__ float red_m[kDeltaWarps][32], red_o[kDeltaWarps][32];
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDel
   const int64_t j = static_cast<int64_t>(blockIdx.z) * 32 + lane;
   const bool column = j < dv;
   const int64_t first = a.seqs.cu_seqlens_q[s], length = a.seqs.cu_seqlens_q[s + 1] - first;
-  if (length <= 0) return;  // uniform over the block
+  if (length <= 0 || length >= chunked_from) return;  // uniform over the block
   const int64_t kh = h / (a.num_v_heads / a.num_k_heads);
   float* S = a.state + (checked_slot(a.seqs, s) * a.num_v_heads + h) * dk * dv;
   float st[R];
@@ -192,6 +196,285 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDel
   }
 }
 
+// The chunked form (B.10; formulas in backend/cpu/gdn.h): block (sequence, value head, 32-column
+// tile of dv), 8 warps, the tile of S [dk, 32] f32 in shared memory across the sequence's chunks of
+// C = 64 tokens (the CPU's chunk boundaries). Per chunk, gamma = cumsum(g) within the chunk:
+//   A[t,s] = beta_t (k_t . k_s) e^(gamma_t - gamma_s)  (s < t)   P[t,s] = (q_t . k_s) e^(gamma_t - gamma_s)  (s <= t)
+//   (I + A) X = diag(beta) V - diag(beta e^gamma) K S             X = V' of gdn.h, solved directly:
+//     V' = U - W S with U = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta e^gamma) K, so only
+//     the tile's 32 columns go through the triangular solve (not dk + 32); same value, other rounding.
+//   O = diag(e^gamma) Q S + P X
+//   S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) X
+// Every exponent is <= 0 (g <= 0), so nothing overflows. Rows past the chunk's n tokens are zero in
+// q, k, X, A and P, so the fixed 64-row loops need no other masking.
+// Thread maps (lane = threadIdx % 32, warp = threadIdx / 32):
+//   A, P         rows t = warp + 8m (m < 8), columns s = lane + 32i (i < 2)
+//   K S, Q S, O  rows t = warp + 8m, column lane of the tile
+//   solve        16-row blocks: the rows below the block from all warps, the block itself by warp 0
+//   S update     rows d = 4 (warp + 8m) + r (m, r < 4), column lane
+// q and k rows are padded to dk + 4 floats: 16-byte rows for float4 reads, and the lanes' float4
+// reads of 8 consecutive rows hit distinct banks when dk % 8 == 0.
+
+constexpr int kChunkTokens = 64;  // C, as the CPU's kGdnChunkSize
+constexpr int kChunkTile = 32;    // value columns per block: one per lane
+constexpr int kChunkWarps = 8;
+constexpr int kChunkThreads = kChunkWarps * 32;
+constexpr int kChunkRowsPerWarp = kChunkTokens / kChunkWarps;  // 8
+constexpr int kChunkMaxDk = 4 * 32;                             // the S update map covers 4 x 32 rows
+constexpr int kSolveBlock = 16;
+constexpr int64_t kChunkedMinTokens = 16;  // default routing threshold (PAGELLM_CUDA_GDN_CHUNKED=N sets N)
+static_assert(kChunkTokens % kChunkWarps == 0 && kChunkTokens % kSolveBlock == 0 && kChunkTokens == 2 * 32);
+
+// Shared memory of the chunked kernel for key dim dk (floats; every array starts 16-byte aligned
+// when dk % 4 == 0): q, k [C][dk + 4]; S tile [dk][32]; X [C][32]; A, P [C][C]; gamma, beta,
+// e^gamma, e^(gamma_L - gamma) [C].
+__host__ __device__ constexpr int64_t chunked_smem_floats(int64_t dk) {
+  return 2 * kChunkTokens * (dk + 4) + dk * kChunkTile + kChunkTokens * kChunkTile +
+         2 * kChunkTokens * kChunkTokens + 4 * kChunkTokens;
+}
+
+__device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
+  acc = fmaf(x.x, y.x, acc);
+  acc = fmaf(x.y, y.y, acc);
+  acc = fmaf(x.z, y.z, acc);
+  return fmaf(x.w, y.w, acc);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunked_kernel(GdnDeltaArgs a, int64_t chunked_from) {
+  extern __shared__ __align__(16) float chunk_shared[];
+  constexpr int C = kChunkTokens;
+  const int64_t s = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int dk = static_cast<int>(a.dk);  // <= kChunkMaxDk and % 4 == 0: the launcher checks
+  const int ks = dk + 4;                  // q, k row stride (floats)
+  const int64_t dv = a.dv;
+  const int64_t j = static_cast<int64_t>(blockIdx.z) * kChunkTile + lane;  // this lane's value column
+  const bool column = j < dv;
+  const int64_t first = a.seqs.cu_seqlens_q[s], length = a.seqs.cu_seqlens_q[s + 1] - first;
+  if (length <= 0 || length < chunked_from) return;  // uniform over the block
+
+  float* qs = chunk_shared;                    // [C][ks] normalised, scaled q
+  float* kks = qs + C * ks;                    // [C][ks] normalised k
+  float* Ss = kks + C * ks;                    // [dk][32] the state tile
+  float* xs = Ss + dk * kChunkTile;            // [C][32] right-hand side, then X = V'
+  float* attn = xs + C * kChunkTile;           // [C][C] A (strictly lower)
+  float* qk = attn + C * C;                    // [C][C] P (lower, with the diagonal)
+  float* gamma_s = qk + C * C;                 // [C] g, then its cumsum
+  float* beta_s = gamma_s + C;                 // [C]
+  float* eg_s = beta_s + C;                    // [C] e^gamma_t
+  float* tail_s = eg_s + C;                    // [C] e^(gamma_L - gamma_t)
+
+  const int64_t kh = h / (a.num_v_heads / a.num_k_heads);
+  float* S = a.state + (checked_slot(a.seqs, s) * a.num_v_heads + h) * a.dk * dv;
+  for (int d = warp; d < dk; d += kChunkWarps) Ss[d * kChunkTile + lane] = column ? S[d * dv + j] : 0.0f;
+  const float neg_a = -expf(a.a_log[h]), dt_bias = a.dt_bias[h];
+
+  for (int64_t c0 = 0; c0 < length; c0 += C) {
+    const int n = static_cast<int>(length - c0 < C ? length - c0 : C);  // tokens in this chunk
+    __syncthreads();  // the previous chunk is done with q, k, X, gamma and (its S update) the tile
+
+    // (1) The chunk's tokens, one warp per row, as the recurrent kernel prepares them.
+    for (int i = warp; i < C; i += kChunkWarps) {
+      float* qi = qs + i * ks;
+      float* ki = kks + i * ks;
+      if (i >= n) {
+        for (int d = lane; d < ks; d += 32) qi[d] = ki[d] = 0.0f;
+        if (lane == 0) gamma_s[i] = beta_s[i] = 0.0f;
+        continue;
+      }
+      const int64_t t = first + c0 + i;
+      const T* q_row = row_ptr<const T>(a.q, t * a.num_k_heads + kh);
+      const T* k_row = row_ptr<const T>(a.k, t * a.num_k_heads + kh);
+      float sq = 0.0f, sk = 0.0f;
+      for (int d = lane; d < dk; d += 32) {
+        const float qv = to_f32(q_row[d]), kv = to_f32(k_row[d]);
+        qi[d] = qv;
+        ki[d] = kv;
+        sq += qv * qv;
+        sk += kv * kv;
+      }
+      sq = warp_sum(sq);
+      sk = warp_sum(sk);
+      const float q_inv = 1.0f / sqrtf(sq + 1e-6f), k_inv = 1.0f / sqrtf(sk + 1e-6f);
+      for (int d = lane; d < ks; d += 32) {  // this lane's own elements; the row padding zeroed
+        qi[d] = d < dk ? __fmul_rn(__fmul_rn(qi[d], q_inv), a.q_scale) : 0.0f;
+        ki[d] = d < dk ? __fmul_rn(ki[d], k_inv) : 0.0f;
+      }
+      if (lane == 0) {
+        const float x = __fadd_rn(to_f32(row_ptr<const T>(a.a, t)[h]), dt_bias);
+        const float softplus = x > 20.0f ? x : log1pf(expf(x));
+        gamma_s[i] = __fmul_rn(neg_a, softplus);  // g_i, summed below
+        beta_s[i] = round_to<T>(sigmoid(to_f32(row_ptr<const T>(a.b, t)[h])));
+      }
+    }
+    __syncthreads();
+    // (2) gamma = cumsum(g) in token order (the CPU's running sum); padding rows repeat gamma_L.
+    if (threadIdx.x == 0) {
+      float running = 0.0f;
+      for (int i = 0; i < C; ++i) {
+        if (i < n) running = __fadd_rn(running, gamma_s[i]);
+        gamma_s[i] = running;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < C) {
+      eg_s[threadIdx.x] = expf(gamma_s[threadIdx.x]);
+      tail_s[threadIdx.x] = expf(gamma_s[n - 1] - gamma_s[threadIdx.x]);
+    }
+    __syncthreads();
+
+    // (3) A and P: 8 x 2 entries of each per thread; rows past n skipped (warp-uniform).
+    {
+      float acc_kk[kChunkRowsPerWarp][2], acc_qk[kChunkRowsPerWarp][2];
+#pragma unroll
+      for (int m = 0; m < kChunkRowsPerWarp; ++m) acc_kk[m][0] = acc_kk[m][1] = acc_qk[m][0] = acc_qk[m][1] = 0.0f;
+      for (int d = 0; d < dk; d += 4) {
+        const float4 k0 = *reinterpret_cast<const float4*>(kks + lane * ks + d);
+        const float4 k1 = *reinterpret_cast<const float4*>(kks + (lane + 32) * ks + d);
+#pragma unroll
+        for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+          const int t = warp + kChunkWarps * m;
+          if (t < n) {
+            const float4 kt = *reinterpret_cast<const float4*>(kks + t * ks + d);
+            const float4 qt = *reinterpret_cast<const float4*>(qs + t * ks + d);
+            acc_kk[m][0] = dot4(kt, k0, acc_kk[m][0]);
+            acc_kk[m][1] = dot4(kt, k1, acc_kk[m][1]);
+            acc_qk[m][0] = dot4(qt, k0, acc_qk[m][0]);
+            acc_qk[m][1] = dot4(qt, k1, acc_qk[m][1]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+        const int t = warp + kChunkWarps * m;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int c = lane + 32 * i;
+          const bool causal = t < n && c <= t;
+          const float decay = causal ? expf(gamma_s[t] - gamma_s[c]) : 0.0f;
+          attn[t * C + c] = causal && c < t ? __fmul_rn(__fmul_rn(beta_s[t], acc_kk[m][i]), decay) : 0.0f;
+          qk[t * C + c] = causal ? __fmul_rn(acc_qk[m][i], decay) : 0.0f;
+        }
+      }
+    }
+
+    // (4) K S and Q S for the tile: the right-hand side beta (v - e^gamma S^T k) into X, and the
+    // inter-chunk output e^gamma S^T q kept in registers for (6) (same thread map).
+    float o[kChunkRowsPerWarp];
+    {
+      float acc_k[kChunkRowsPerWarp];
+#pragma unroll
+      for (int m = 0; m < kChunkRowsPerWarp; ++m) o[m] = acc_k[m] = 0.0f;
+      for (int d = 0; d < dk; d += 4) {
+        const float4 sd = make_float4(Ss[d * kChunkTile + lane], Ss[(d + 1) * kChunkTile + lane],
+                                      Ss[(d + 2) * kChunkTile + lane], Ss[(d + 3) * kChunkTile + lane]);
+#pragma unroll
+        for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+          const int t = warp + kChunkWarps * m;
+          if (t < n) {
+            o[m] = dot4(*reinterpret_cast<const float4*>(qs + t * ks + d), sd, o[m]);
+            acc_k[m] = dot4(*reinterpret_cast<const float4*>(kks + t * ks + d), sd, acc_k[m]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+        const int t = warp + kChunkWarps * m;
+        float rhs = 0.0f;
+        if (t < n) {
+          const float v = column ? to_f32(row_ptr<const T>(a.v, (first + c0 + t) * a.num_v_heads + h)[j]) : 0.0f;
+          const float beta = beta_s[t];
+          rhs = __fsub_rn(__fmul_rn(beta, v), __fmul_rn(__fmul_rn(beta, eg_s[t]), acc_k[m]));
+          o[m] = __fmul_rn(eg_s[t], o[m]);
+        }
+        xs[t * kChunkTile + lane] = rhs;
+      }
+    }
+    __syncthreads();  // A and the right-hand side complete
+
+    // (5) Forward substitution (I + A) X = rhs, in 16-row blocks. Each X[t] subtracts A[t,s] X[s]
+    // for s = 0 .. t-1 in order, as the CPU's loop.
+    for (int r0 = 0; r0 < n; r0 += kSolveBlock) {  // n is uniform: every thread takes every sync
+      if (r0 > 0) {  // the finished rows [0, r0) out of rows [r0, r0 + 16), two rows per warp
+        for (int row = warp; row < kSolveBlock; row += kChunkWarps) {
+          const int t = r0 + row;  // < C: r0 < n <= C and r0 % 16 == 0
+          float x = xs[t * kChunkTile + lane];
+          for (int c = 0; c < r0; ++c) x = fmaf(-attn[t * C + c], xs[c * kChunkTile + lane], x);
+          xs[t * kChunkTile + lane] = x;
+        }
+        __syncthreads();
+      }
+      if (warp == 0) {  // the 16 x 16 diagonal block: lane owns its column, so no sync inside
+        const int end = r0 + kSolveBlock < n ? r0 + kSolveBlock : n;
+        for (int t = r0 + 1; t < end; ++t) {
+          float x = xs[t * kChunkTile + lane];
+          for (int c = r0; c < t; ++c) x = fmaf(-attn[t * C + c], xs[c * kChunkTile + lane], x);
+          xs[t * kChunkTile + lane] = x;
+        }
+      }
+      __syncthreads();
+    }
+
+    // (6) O = e^gamma S^T q (in o) + P X, written out.
+    {
+      const int n4 = (n + 3) & ~3;  // X rows in [n, n4) are zero, and so are P's columns there
+      for (int c = 0; c < n4; c += 4) {
+        const float4 xc = make_float4(xs[c * kChunkTile + lane], xs[(c + 1) * kChunkTile + lane],
+                                      xs[(c + 2) * kChunkTile + lane], xs[(c + 3) * kChunkTile + lane]);
+#pragma unroll
+        for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+          const int t = warp + kChunkWarps * m;
+          if (t < n) o[m] = dot4(*reinterpret_cast<const float4*>(qk + t * C + c), xc, o[m]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+        const int t = warp + kChunkWarps * m;
+        if (t < n && column) row_ptr<T>(a.out, (first + c0 + t) * a.num_v_heads + h)[j] = from_f32<T>(o[m]);
+      }
+    }
+
+    // (7) S <- e^gamma_L S + sum_t k_t (e^(gamma_L - gamma_t) x_t)^T. Each thread owns its 16 entries
+    // of the tile; (6) reads no S, and the next chunk's (4) reads it after the syncs of (1)-(3).
+    {
+      const float e_last = eg_s[n - 1];
+      float acc[4][4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int d = 4 * (warp + kChunkWarps * m);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[m][r] = d < dk ? __fmul_rn(Ss[(d + r) * kChunkTile + lane], e_last) : 0.0f;
+      }
+      for (int t = 0; t < n; ++t) {
+        const float x = __fmul_rn(xs[t * kChunkTile + lane], tail_s[t]);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int d = 4 * (warp + kChunkWarps * m);
+          if (d < dk) {
+            const float4 kt = *reinterpret_cast<const float4*>(kks + t * ks + d);
+            acc[m][0] = fmaf(kt.x, x, acc[m][0]);
+            acc[m][1] = fmaf(kt.y, x, acc[m][1]);
+            acc[m][2] = fmaf(kt.z, x, acc[m][2]);
+            acc[m][3] = fmaf(kt.w, x, acc[m][3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int d = 4 * (warp + kChunkWarps * m);
+        if (d < dk) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) Ss[(d + r) * kChunkTile + lane] = acc[m][r];
+        }
+      }
+    }
+  }
+  __syncthreads();  // the tile was last written under (7)'s map
+  for (int d = warp; d < dk; d += kChunkWarps)
+    if (column) S[d * dv + j] = Ss[d * kChunkTile + lane];
+}
+
 // ----- gated_rms_norm: one warp per row ---------------------------------------------------------
 
 template <typename T>
@@ -245,12 +528,52 @@ __global__ void add_rows_scaled_kernel(Rows out, Rows x, const int32_t* __restri
 }
 
 template <typename T, int R>
-cudaError_t launch_delta(const GdnDeltaArgs& args, cudaStream_t stream) {
+cudaError_t launch_recurrent(const GdnDeltaArgs& args, int64_t chunked_from, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.seqs.num_seqs), static_cast<unsigned>(args.num_v_heads),
                   blocks_for(args.dv, 32));
   const size_t shared = 2 * kDeltaTokens * static_cast<size_t>(args.dk) * sizeof(float);
-  gdn_delta_rule_kernel<T, R><<<grid, kDeltaWarps * 32, shared, stream>>>(args);
+  gdn_delta_rule_kernel<T, R><<<grid, kDeltaWarps * 32, shared, stream>>>(args, chunked_from);
   return cudaGetLastError();
+}
+
+// Bytes of dynamic shared memory a block may opt in to on this device (227 KiB on H100/H200).
+int64_t smem_optin_limit() {
+  static const int64_t limit = [] {
+    int device = 0, bytes = 48 * 1024;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return static_cast<int64_t>(bytes);
+  }();
+  return limit;
+}
+
+int64_t chunked_smem_bytes(int64_t dk) { return chunked_smem_floats(dk) * static_cast<int64_t>(sizeof(float)); }
+
+template <typename T>
+cudaError_t launch_chunked(const GdnDeltaArgs& args, int64_t chunked_from, cudaStream_t stream) {
+  const int64_t smem = chunked_smem_bytes(args.dk);
+  if (smem > 48 * 1024) {  // once per dtype: the opt-in ceiling covers every dk the launcher admits
+    static const cudaError_t attribute = cudaFuncSetAttribute(
+        gdn_chunked_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
+    if (attribute != cudaSuccess) return attribute;
+  }
+  const dim3 grid(static_cast<unsigned>(args.seqs.num_seqs), static_cast<unsigned>(args.num_v_heads),
+                  blocks_for(args.dv, kChunkTile));
+  gdn_chunked_kernel<T><<<grid, kChunkThreads, static_cast<size_t>(smem), stream>>>(args, chunked_from);
+  return cudaGetLastError();
+}
+
+// The chunked threshold under GdnDeltaForm::kAuto, read at every call so tests can toggle it:
+// PAGELLM_CUDA_GDN_CHUNKED=0 turns the chunked kernel off; PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS=N
+// sends sequences of N >= 1 tokens or more to it (default kChunkedMinTokens).
+int64_t auto_chunked_from() {
+  const char* off = std::getenv("PAGELLM_CUDA_GDN_CHUNKED");
+  if (off != nullptr && off[0] == '0' && off[1] == '\0') return INT64_MAX;
+  const char* min_tokens = std::getenv("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS");
+  if (min_tokens == nullptr) return kChunkedMinTokens;
+  char* end = nullptr;
+  const long long n = std::strtoll(min_tokens, &end, 10);
+  return end != min_tokens && *end == '\0' && n >= 1 ? static_cast<int64_t>(n) : kChunkedMinTokens;
 }
 
 }  // namespace
@@ -275,11 +598,26 @@ cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStr
   if (args.dk < 1 || args.dk > kMaxGdnHeadDim || args.num_k_heads < 1 || args.num_v_heads % args.num_k_heads != 0)
     return cudaErrorInvalidValue;
   if (args.seqs.num_seqs == 0 || args.num_v_heads == 0 || args.dv == 0) return cudaSuccess;
-  return dispatch_float(dtype, [&](auto tag) {
+  // Sequences of at least chunked_from tokens take the chunked kernel, the rest the recurrent one.
+  // Shapes outside the chunked kernel's maps (dk % 4 != 0, dk > 128) stay recurrent in every form.
+  const bool chunked_fits = args.dk % 4 == 0 && args.dk <= kChunkMaxDk && chunked_smem_bytes(args.dk) <= smem_optin_limit();
+  int64_t chunked_from = INT64_MAX;
+  if (chunked_fits && args.form == GdnDeltaForm::kChunked) chunked_from = 1;
+  if (chunked_fits && args.form == GdnDeltaForm::kAuto) chunked_from = auto_chunked_from();
+  // The hint spares a decode step (graph) the chunked launch; without that launch the recurrent
+  // kernel takes every sequence, so a wrong hint costs time, never rows.
+  if (args.max_seqlen_q > 0 && args.max_seqlen_q < chunked_from) chunked_from = INT64_MAX;
+  return dispatch_float(dtype, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
-    if (args.dk <= 4 * 8) return launch_delta<T, 8>(args, stream);
-    if (args.dk <= 4 * 32) return launch_delta<T, 32>(args, stream);
-    return launch_delta<T, 64>(args, stream);
+    if (chunked_from > 1) {
+      cudaError_t error = cudaSuccess;
+      if (args.dk <= 4 * 8) error = launch_recurrent<T, 8>(args, chunked_from, stream);
+      else if (args.dk <= 4 * 32) error = launch_recurrent<T, 32>(args, chunked_from, stream);
+      else error = launch_recurrent<T, 64>(args, chunked_from, stream);
+      if (error != cudaSuccess) return error;
+    }
+    if (chunked_from != INT64_MAX) return launch_chunked<T>(args, chunked_from, stream);
+    return cudaSuccess;
   });
 }
 

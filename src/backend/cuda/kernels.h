@@ -165,9 +165,11 @@ inline constexpr int64_t kMaxGdnConvKernel = 8;
 cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight, void* conv_state, GdnSeqs seqs,
                               int64_t channels, int64_t kernel, cudaStream_t stream);
 
-// The gated delta rule (recurrent form for every length): q, k rows of [T, Hk, dk], v and out rows
-// of [T, Hv, dv], a and b rows of [T, Hv]; A_log, dt_bias [Hv] f32; state [num_slots, Hv, dk, dv] f32.
+// The gated delta rule: q, k rows of [T, Hk, dk], v and out rows of [T, Hv, dv], a and b rows of
+// [T, Hv]; A_log, dt_bias [Hv] f32; state [num_slots, Hv, dk, dv] f32. Two kernels (gdn.cu): the
+// recurrent form for short sequences (decode), the chunked form (C = 64) for long ones (prefill).
 inline constexpr int64_t kMaxGdnHeadDim = 256;  // dk; dv is free
+enum class GdnDeltaForm { kAuto, kRecurrent, kChunked };  // GdnAlgo of backend.h
 struct GdnDeltaArgs {
   Rows q, k, v, a, b, out;
   const float* a_log = nullptr;
@@ -176,6 +178,8 @@ struct GdnDeltaArgs {
   GdnSeqs seqs;
   int64_t num_k_heads = 0, num_v_heads = 0, dk = 0, dv = 0;
   float q_scale = 1.0f;
+  GdnDeltaForm form = GdnDeltaForm::kAuto;
+  int32_t max_seqlen_q = 0;  // host hint (0 = unknown): below the chunked threshold, no chunked launch
 };
 cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStream_t stream);
 
