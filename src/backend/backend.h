@@ -59,6 +59,10 @@ struct GdnParams {
   GdnAlgo algo = GdnAlgo::kAuto;
 };
 
+// The CPU twin of Backend::sample on host views (sampling_math.cpp): rows with temperature > 0 get
+// sampling::draw_token, the others keep their id.
+void sample_rows_on_host(TensorView ids, const TensorView& logits, const TensorView& params);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -183,6 +187,16 @@ class Backend {
   virtual void argmax(TensorView ids, const TensorView& logits) = 0;
   // out[R, V] (f32) = log_softmax(logits[R, V]) in f32.
   virtual void log_softmax(TensorView out, const TensorView& logits) = 0;
+  // Temperature / top-k / top-p / min-p sampling of logits[R, V] (sampling_math.h says exactly
+  // which token): ids[R] (i32) of rows whose params have temperature > 0 are overwritten, the
+  // others keep what they hold (argmax ids, or rows the host samples). params: [R, 24] u8, one
+  // sampling::RowParams per row, on the op's device; its uniform comes from the host, so a draw
+  // stays counter-based (same seed and count, same token, in any batch). No penalties and no
+  // logprobs: rows needing those stay on the host sampler (runner/sampler.h).
+  // The default body is the CPU twin (host views).
+  virtual void sample(TensorView ids, const TensorView& logits, const TensorView& params) {
+    sample_rows_on_host(ids, logits, params);
+  }
 };
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).

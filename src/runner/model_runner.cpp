@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/sampling_math.h"
 #include "cache/slot_mapping.h"
 #include "runner/sampler.h"
 
@@ -32,10 +33,13 @@ int64_t graph_table_width(int64_t max_blocks) {
 
 size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
 
-// The rows the device's argmax cannot sample: they need the full sampler on the host.
-bool samples_on_host(const SamplingParams& p) {
-  return !p.is_greedy() || p.needs_token_history() || p.num_logprobs.has_value();
-}
+// The rows the device cannot sample: penalties need the token history and logprobs the full
+// log-softmax, so these copy their logits row to the host and run sample_token.
+bool samples_on_host(const SamplingParams& p) { return p.needs_token_history() || p.num_logprobs.has_value(); }
+
+// Rows with temperature > 0 (any top-k / top-p / min-p, seeded or not) that Backend::sample draws
+// on the device; greedy rows keep the argmax.
+bool samples_on_device(const SamplingParams& p) { return !p.is_greedy() && !samples_on_host(p); }
 
 bool graphs_allowed_by_env() {
   const char* value = std::getenv("PAGELLM_CUDA_GRAPHS");
@@ -48,13 +52,15 @@ bool graphs_allowed_by_env() {
 // same layout, so one copy moves them all; layout of each part in sched/step.h):
 //
 //   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [T] | cu_seqlens_q i32 [B + 1] |
-//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] |   (each part 16-byte aligned)
+//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] |
+//   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
 //
 // The offsets depend only on (T, B, R, W): a graph captured for a decode bucket (T = B = R) finds
 // its inputs at the same device addresses on every replay.
 struct ModelRunner::StepLayout {
   int64_t num_tokens, num_seqs, num_logits_rows, table_width;
-  size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, total_bytes;
+  size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, sample_params,
+      total_bytes;
 
   StepLayout(int64_t t, int64_t b, int64_t r, int64_t w) : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w) {
     size_t at = 0;
@@ -70,6 +76,7 @@ struct ModelRunner::StepLayout {
     seq_lens_k = take(4 * b);
     logits_rows = take(4 * r);
     block_tables = take(4 * b * w);
+    sample_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * r);
     total_bytes = at;
   }
 };
@@ -124,6 +131,7 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
   int32_t* seq_lens_k = reinterpret_cast<int32_t*>(base + layout.seq_lens_k);
   int32_t* logits_rows = reinterpret_cast<int32_t*>(base + layout.logits_rows);
   int32_t* block_tables = reinterpret_cast<int32_t*>(base + layout.block_tables);
+  auto* sample_params = reinterpret_cast<sampling::RowParams*>(base + layout.sample_params);
   const int64_t width = layout.table_width;
   int32_t token = 0, sampling_row = 0;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
@@ -141,7 +149,10 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
       positions[token] = pos;
       slot_mapping[token] = slot_of_position(row.block_table, pos, block_size_);
     }
-    if (row.is_sampling) logits_rows[sampling_row++] = token - 1;
+    if (row.is_sampling) {
+      sample_params[sampling_row] = device_sample_params(row);
+      logits_rows[sampling_row++] = token - 1;
+    }
   }
   // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
   for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
@@ -151,6 +162,7 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
     token_ids[token] = 0;
     positions[token] = 0;
     slot_mapping[token] = -1;
+    sample_params[sampling_row] = sampling::RowParams{};  // temperature 0: Backend::sample skips it
     logits_rows[sampling_row++] = token;
   }
   cu_seqlens_q[layout.num_seqs] = token;
@@ -184,6 +196,18 @@ void ModelRunner::forward_and_argmax(const StepBatch& batch) {
   if (rows > 0) backend_.argmax(sampled_ids_.view().slice_rows(0, rows), logits);
 }
 
+sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& row) {
+  sampling::RowParams params;  // temperature 0: the row keeps its argmax or is sampled on the host
+  const SamplingParams& p = *row.sampling;
+  if (!samples_on_device(p)) return params;
+  params.temperature = p.temperature;
+  params.top_k = p.top_k;
+  params.top_p = p.top_p;
+  params.min_p = p.min_p;
+  params.uniform = counter_uniform(seed_for(row), static_cast<uint64_t>(row.num_output_tokens));
+  return params;
+}
+
 uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
   if (row.sampling->seed) return *row.sampling->seed;
   auto [it, inserted] = drawn_seeds_.try_emplace(row.request_id, 0);
@@ -200,13 +224,14 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   const int64_t num_sampling = plan.num_sampling_rows();
   int64_t max_blocks = 1;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
-  bool decode_only = true, any_host_sampling = false;
+  bool decode_only = true, any_host_sampling = false, any_device_sampling = false;
   for (const ScheduledRequest& row : plan.rows) {
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(row.block_table.size()));
     max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
     max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
     decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
     any_host_sampling = any_host_sampling || (row.is_sampling && samples_on_host(*row.sampling));
+    any_device_sampling = any_device_sampling || (row.is_sampling && samples_on_device(*row.sampling));
   }
   const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
   const StepLayout layout = bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks))
@@ -231,13 +256,23 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   } else {
     forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
   }
+  // Outside the graph: a decode graph is the same whichever rows sample, and the sampler needs no
+  // host planning. Its parameters came over with the step's one host-to-device copy.
+  if (any_device_sampling) {
+    const int64_t rows = layout.num_logits_rows;
+    const TensorView params(static_cast<char*>(staging_.view().data) + layout.sample_params,
+                            {rows, static_cast<int64_t>(sizeof(sampling::RowParams))}, DType::kU8,
+                            staging_.view().device);
+    backend_.sample(sampled_ids_.view().slice_rows(0, rows), logits_.view().slice_rows(0, rows), params);
+  }
   if (num_sampling == 0) {
     // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
     backend_.synchronize();
     return result;
   }
 
-  // Only the sampled ids cross to the host, and the logits of rows the host must sample.
+  // Only the sampled ids cross to the host (argmax or device-sampled), and the logits of rows the
+  // host must sample (penalties, logprobs).
   const TensorView ids_host = sampled_ids_host_.view().slice_rows(0, num_sampling);
   backend_.copy(ids_host, sampled_ids_.view().slice_rows(0, num_sampling));
   const int64_t vocab = model_.config().vocab_size;

@@ -3,9 +3,10 @@
 //
 // Per step on a GPU: the inputs are packed into one page-locked host buffer and moved with one
 // host-to-device copy (StepLayout in model_runner.cpp); greedy rows are sampled on the device
-// (argmax), so only their ids cross back; decode-only steps replay a graph captured once per
-// (batch bucket, block-table width). Rows that need the full CPU sampler (temperature > 0,
-// penalties, logprobs) still copy their logits to the host.
+// (argmax) and rows with temperature > 0 by Backend::sample after it, so only their ids cross back;
+// decode-only steps replay a graph captured once per (batch bucket, block-table width), and the
+// sampler runs after the replay. Rows that need the full CPU sampler (penalties, logprobs) still
+// copy their logits to the host.
 #pragma once
 
 #include <map>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/sampling_math.h"
 #include "model/model.h"
 #include "runner/state_slot_binder.h"
 #include "sched/step.h"
@@ -50,6 +52,9 @@ class ModelRunner {
   // Grows the staging, logits and id buffers to fit `layout` (dropping graphs that point at them).
   void reserve(const StepLayout& layout);
   StepBatch device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const;
+  // What Backend::sample gets for a sampling row: its knobs and the uniform of draw
+  // num_output_tokens of its seed, or temperature 0 where the argmax or the host sampler decides.
+  sampling::RowParams device_sample_params(const ScheduledRequest& row);
   // forward + argmax of every logits row into sampled_ids_ (the part a graph records).
   void forward_and_argmax(const StepBatch& batch);
 

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "backend/sampling_math.h"
+
 namespace pagellm {
 
 namespace {
@@ -31,58 +33,6 @@ void apply_penalties(std::vector<float>& logits, const SampleInputs& in) {
     for (const auto& [id, count] : counts) {
       if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
       logits[static_cast<size_t>(id)] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
-    }
-  }
-}
-
-using Candidate = std::pair<TokenId, double>;  // (token, unnormalised probability)
-
-bool more_likely(const Candidate& a, const Candidate& b) {
-  return a.second > b.second || (a.second == b.second && a.first < b.first);
-}
-
-// How many of the `items` (the first `sorted` of them in order) top-p and min-p keep, or 0 when the
-// sorted head does not decide it yet.
-size_t nucleus_size(const std::vector<Candidate>& items, size_t sorted, double total, const SamplingParams& p) {
-  const bool head_only = sorted < items.size();
-  size_t cut = items.size();
-  if (p.top_p < 1.0f) {
-    double cumulative = 0.0;
-    size_t i = 0;
-    while (i < sorted && cumulative < p.top_p) cumulative += items[i++].second / total;
-    if (cumulative < p.top_p && head_only) return 0;
-    cut = i;
-  }
-  if (p.min_p > 0.0f) {
-    const double floor = items.front().second * p.min_p;
-    size_t above = 0;
-    while (above < std::min(cut, sorted) && items[above].second >= floor) ++above;
-    if (above == sorted && head_only && cut > sorted) return 0;
-    cut = std::max<size_t>(1, std::min(cut, above));
-  }
-  return cut;
-}
-
-// The candidates top-k / top-p / min-p allow, with unnormalised probabilities. Sorting the whole
-// vocabulary (151,936 entries) per token would dominate a step, so only as much as the cut-offs
-// need is sorted: top-k by selection, top-p / min-p on a sorted head that grows only when needed.
-std::vector<Candidate> candidates(const std::vector<float>& logits, const SamplingParams& p) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<Candidate> items(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i)
-    items[i] = {static_cast<TokenId>(i), std::exp((static_cast<double>(logits[i]) - max_logit) / p.temperature)};
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < items.size()) {
-    std::nth_element(items.begin(), items.begin() + p.top_k, items.end(), more_likely);
-    items.resize(static_cast<size_t>(p.top_k));
-  }
-  if (p.top_p >= 1.0f && p.min_p <= 0.0f) return items;
-  double total = 0.0;
-  for (const Candidate& c : items) total += c.second;
-  for (size_t sorted = std::min<size_t>(items.size(), 1024);; sorted = items.size()) {
-    std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(sorted), items.end(), more_likely);
-    if (const size_t cut = nucleus_size(items, sorted, total, p); cut > 0) {
-      items.resize(cut);
-      return items;
     }
   }
 }
@@ -125,19 +75,14 @@ SampleOutput sample_token(const SampleInputs& in) {
   if (p.is_greedy()) {
     out.token_id = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
-    const auto items = candidates(logits, p);
-    double target = counter_uniform(in.seed, static_cast<uint64_t>(in.num_output_tokens));
-    double total = 0.0;
-    for (const auto& item : items) total += item.second;
-    target *= total;
-    out.token_id = items.back().first;
-    for (const auto& item : items) {
-      target -= item.second;
-      if (target < 0.0) {
-        out.token_id = item.first;
-        break;
-      }
-    }
+    // The filtered draw is shared with the device sampler (backend/sampling_math.h says which token).
+    sampling::RowParams row;
+    row.temperature = p.temperature;
+    row.top_k = p.top_k;
+    row.top_p = p.top_p;
+    row.min_p = p.min_p;
+    row.uniform = counter_uniform(in.seed, static_cast<uint64_t>(in.num_output_tokens));
+    out.token_id = sampling::draw_token(logits.data(), static_cast<int64_t>(logits.size()), row);
   }
   if (p.num_logprobs.has_value()) {
     const std::vector<float> logprobs = log_softmax_row(in.logits);

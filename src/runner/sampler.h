@@ -3,6 +3,8 @@
 //   raw logits ─▶ repetition penalty (prompt + outputs) ─▶ presence / frequency penalties (outputs)
 //              ─▶ temperature ─▶ top-k ─▶ top-p ─▶ min-p ─▶ draw (or argmax when temperature = 0)
 //   logprobs are taken from the raw logits' log-softmax (what the model believes), as vLLM does.
+//   The filter-and-draw part is sampling::draw_token (backend/sampling_math.h), which the device
+//   sampler (Backend::sample) shares: the runner sends rows without penalties and logprobs there.
 //
 // Randomness is counter-based: draw n of a request depends only on (seed, n = num_output_tokens),
 // so a seeded request gives the same tokens alone, in any batch, and after preemption.

@@ -17,6 +17,7 @@
 #include "backend/cuda/cublaslt_matmul.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sampling.h"
 
 namespace pagellm {
 
@@ -129,6 +130,7 @@ class CudaBackend final : public Backend {
                  const AttentionParams& params) override;
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
+  void sample(TensorView ids, const TensorView& logits, const TensorView& params) override;  // sampling.cu
   void add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w, float eps,
                     NormWeight mode) override;
   void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -452,6 +454,19 @@ void CudaBackend::log_softmax(TensorView out, const TensorView& logits) {
   CUDA_CHECK(cuda::launch_log_softmax(logits.dtype, dst, in, stream()));
 }
 
+void CudaBackend::sample(TensorView ids, const TensorView& logits, const TensorView& params) {
+  const cuda::Rows rows = rows_of(logits, "sample", "logits");
+  check_index_vector(ids, DType::kI32, rows.num_rows, "sample", "ids");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] sample: logits dtype {}", dtype_name(logits.dtype));
+  CHECK_MSG(params.device == Device::kCuda && params.dtype == DType::kU8 && params.is_contiguous() &&
+                params.nbytes() == static_cast<size_t>(rows.num_rows) * sizeof(sampling::RowParams) &&
+                reinterpret_cast<uintptr_t>(params.data) % alignof(sampling::RowParams) == 0,
+            "[cuda] sample: params must be [{}, {}] u8 (RowParams) on the GPU, 8-byte aligned, got {}", rows.num_rows,
+            sizeof(sampling::RowParams), params.shape.to_string());
+  CUDA_CHECK(cuda::launch_sample(logits.dtype, ids.ptr<int32_t>(), rows,
+                                 static_cast<const sampling::RowParams*>(params.data), stream()));
+}
+
 void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w,
                                float eps, NormWeight mode) {
   const cuda::Rows h = rows_of(hidden, "add_rms_norm", "hidden"), n = rows_of(normed, "add_rms_norm", "normed"),
@@ -587,10 +602,7 @@ void CudaBackend::gdn_delta_rule(TensorView out, const TensorView& q, const Tens
   args.dk = q.size(2);
   args.dv = v.size(2);
   args.q_scale = 1.0f / std::sqrt(static_cast<float>(args.dk));
-  args.form = params.algo == GdnAlgo::kRecurrent ? cuda::GdnDeltaForm::kRecurrent
-              : params.algo == GdnAlgo::kChunked ? cuda::GdnDeltaForm::kChunked
-                                                 : cuda::GdnDeltaForm::kAuto;
-  args.max_seqlen_q = params.max_seqlen_q;
+  // params.algo: the recurrent kernel serves every length (the chunked form agrees to f32 rounding).
   CUDA_CHECK(cuda::launch_gdn_delta_rule(q.dtype, args, stream()));
 }
 
