@@ -602,7 +602,10 @@ void CudaBackend::gdn_delta_rule(TensorView out, const TensorView& q, const Tens
   args.dk = q.size(2);
   args.dv = v.size(2);
   args.q_scale = 1.0f / std::sqrt(static_cast<float>(args.dk));
-  // params.algo: the recurrent kernel serves every length (the chunked form agrees to f32 rounding).
+  args.form = params.algo == GdnAlgo::kRecurrent ? cuda::GdnDeltaForm::kRecurrent
+              : params.algo == GdnAlgo::kChunked ? cuda::GdnDeltaForm::kChunked
+                                                 : cuda::GdnDeltaForm::kAuto;
+  args.max_seqlen_q = params.max_seqlen_q;
   CUDA_CHECK(cuda::launch_gdn_delta_rule(q.dtype, args, stream()));
 }
 
