@@ -1,7 +1,7 @@
 #include "backend/sampling_math.h"
 
 #include <algorithm>
-#include <numeric>
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -17,19 +17,25 @@ namespace {
 // the nucleus is longer than it.
 constexpr size_t kSortedHead = 1024;
 
-// How many of ids[0, n) (the top-k set, any order) the top-p prefix keeps; sorts that prefix into
-// rank order.
-size_t top_p_prefix(std::vector<int32_t>& ids, size_t n, const std::vector<uint64_t>& fixed, float top_p,
-                    const auto& rank_less) {
+// A token's place in rank order as one integer: larger = earlier (key high, id low inverted), so
+// selection and sorting compare plain integers.
+uint64_t rank_word(float logit, size_t id) {
+  return (static_cast<uint64_t>(order_key(logit)) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+}
+size_t id_of(uint64_t word) { return 0xffffffffu - static_cast<uint32_t>(word); }
+
+// How many of ranked[0, n) (the top-k set, any order) the top-p prefix keeps; sorts that prefix
+// into rank order.
+size_t top_p_prefix(std::vector<uint64_t>& ranked, size_t n, const std::vector<uint64_t>& fixed, float top_p) {
   uint64_t total = 0;
-  for (size_t j = 0; j < n; ++j) total += fixed[static_cast<size_t>(ids[j])];
+  for (size_t j = 0; j < n; ++j) total += fixed[id_of(ranked[j])];
   const uint64_t target = top_p_target(total, top_p);
   for (size_t sorted = std::min(n, kSortedHead);; sorted = n) {
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(sorted),
-                      ids.begin() + static_cast<std::ptrdiff_t>(n), rank_less);
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(sorted),
+                      ranked.begin() + static_cast<std::ptrdiff_t>(n), std::greater<>());
     uint64_t cumulative = 0;
     size_t i = 0;
-    while (i < sorted && cumulative < target) cumulative += fixed[static_cast<size_t>(ids[i++])];
+    while (i < sorted && cumulative < target) cumulative += fixed[id_of(ranked[i++])];
     if (cumulative >= target || sorted == n) return i;
   }
 }
@@ -45,22 +51,19 @@ int32_t draw_token(const float* logits, int64_t vocab, const RowParams& p) {
     w[i] = weight(logits[i], max_logit, p.temperature);
     fixed[i] = fixed_weight(w[i]);
   }
-  auto rank_less = [&](int32_t a, int32_t b) {
-    return ranks_before(order_key(logits[a]), a, order_key(logits[b]), b);
-  };
-  std::vector<int32_t> ids(v);  // candidates; ids[0, n) are kept so far
-  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<uint64_t> ranked(v);  // [vocab] rank_word of each token; ranked[0, n) are kept so far
+  for (size_t i = 0; i < v; ++i) ranked[i] = rank_word(logits[i], i);
   size_t n = v;
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < v) {
-    std::nth_element(ids.begin(), ids.begin() + p.top_k, ids.end(), rank_less);
+    std::nth_element(ranked.begin(), ranked.begin() + p.top_k, ranked.end(), std::greater<>());
     n = static_cast<size_t>(p.top_k);
   }
-  if (p.top_p < 1.0f) n = top_p_prefix(ids, n, fixed, p.top_p, rank_less);
+  if (p.top_p < 1.0f) n = top_p_prefix(ranked, n, fixed, p.top_p);
 
   std::vector<uint8_t> kept(v, 0);  // [vocab]: the walk below goes in id order
   uint64_t total = 0;
   for (size_t j = 0; j < n; ++j) {
-    const size_t id = static_cast<size_t>(ids[j]);
+    const size_t id = id_of(ranked[j]);
     if (!passes_min_p(w[id], p.min_p)) continue;
     kept[id] = 1;
     total += fixed[id];

@@ -58,11 +58,6 @@ PAGELLM_HOST_DEVICE inline uint32_t order_key(float x) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// True when (key_a, id_a) comes before (key_b, id_b) in rank order.
-PAGELLM_HOST_DEVICE inline bool ranks_before(uint32_t key_a, int64_t id_a, uint32_t key_b, int64_t id_b) {
-  return key_a > key_b || (key_a == key_b && id_a < id_b);
-}
-
 // w = exp((x - max) / temperature) in f32, in (0, 1] (0 for -inf logits). The device uses the
 // round-to-nearest intrinsics so nvcc cannot contract or reorder: every pass sees the same w.
 PAGELLM_HOST_DEVICE inline float weight(float x, float max_logit, float temperature) {
