@@ -140,6 +140,35 @@ PY
   tail -3 "$out/serve.log"
 fi
 
+# ----- nsys (GPU_CHECK_NSYS=1): a W1 concurrency-64 run under Nsight Systems ---------------------
+# The server runs under nsys; after the bench, SIGINT ends it gracefully and nsys writes the report.
+# Kernel time per kernel, and the GPU's busy share of the bench's wall time, come back as text.
+nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if has pagellm && [ -n "${GPU_CHECK_NSYS:-}" ] && [ -n "$nsys_bin" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18433
+  "$nsys_bin" profile --trace cuda --sample none --cpuctxsw none --force-overwrite true -o /tmp/nsys_w1 \
+    "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 \
+    --served-model-name qwen3-0.6b >"$out/nsys_serve.log" 2>&1 &
+  for _ in $(seq 1 240); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+  level=${GPU_CHECK_NSYS_LEVEL:-64}
+  start_ns=$(date +%s%N)
+  timeout 150 "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b --tokenizer /tmp/qwen3-0.6b \
+    --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos --request-rate inf \
+    --max-concurrency "$level" --num-prompts $((4 * level)) --no-progress >"$out/nsys_bench.log" 2>&1
+  bench_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+  pkill -INT -f "pagellm serve --model /tmp/qwen3-0.6b --device cuda --port $port" ; wait
+  "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv --output "$out/nsys" /tmp/nsys_w1.nsys-rep >"$out/nsys_stats.log" 2>&1
+  python3 - "$out/nsys_cuda_gpu_kern_sum.csv" "$bench_ms" <<'PY' || true
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+total = sum(float(r["Total Time (ns)"]) for r in rows)
+print(f"nsys: {len(rows)} kernels, GPU kernel time {total/1e6:.0f} ms over a {int(sys.argv[2])} ms bench (server start excluded)")
+for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:12]:
+    print(f"  {float(r['Time (%)']):5.1f}%  {float(r['Total Time (ns)'])/1e6:8.1f} ms  x{r['Instances']:>6}  {r['Name'][:70]}")
+PY
+  note "nsys W1 c$level: $(grep -iE 'output token throughput' "$out/nsys_bench.log" | head -1 | tr -s ' ') (nsys_cuda_gpu_kern_sum.csv)"
+fi
+
 # ----- W1 on the Qwen3.5-0.8B shape (GPU_CHECK_QWEN35_LEVELS="1 64") ---------------------------
 if has pagellm && [ -n "${GPU_CHECK_QWEN35_LEVELS:-}" ] && [ -f assets/tokenizers/qwen3/tokenizer.json ]; then
   model=/tmp/qwen3.5-0.8b
