@@ -77,6 +77,14 @@ run_tests() {  # binary filter name: 8 shards in parallel (the f64 reference run
   local passed=$(grep -cE "^\[       OK \]" "$log") failed=$(grep -cE "^\[  FAILED  \] .*\([0-9]+ ms\)$" "$log")
   local skipped=$(grep -cE "^\[  SKIPPED \] .*\([0-9]+ ms\)$" "$log")
   note "$3: $passed passed, $failed failed, $skipped skipped, rc=$rc (log $3.log)"
+  # GPU_CHECK_SANITIZE_ON_FAIL=1: the failed tests again under compute-sanitizer memcheck.
+  local sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ "$failed" -gt 0 ] && [ -n "${GPU_CHECK_SANITIZE_ON_FAIL:-}" ] && [ -n "$sanitizer" ]; then
+    local names=$(grep -E "^\[  FAILED  \] .*\([0-9]+ ms\)$" "$log" | awk '{print $4}' | head -4 | paste -sd:)
+    timeout 180 "$sanitizer" --tool memcheck "$build/tests/$1" --gtest_filter="$names" >"$out/$3_memcheck.log" 2>&1
+    note "memcheck of $names: rc=$? $(grep -E 'ERROR SUMMARY' "$out/$3_memcheck.log" | tail -1)"
+    grep -m8 -E "Invalid|out of bounds|misaligned|Address" "$out/$3_memcheck.log"
+  fi
 }
 has test_kernels && run_tests test_kernels '*Cuda*' cuda_kernel_tests
 has test_golden && run_tests test_golden '*Cuda*' cuda_golden_tests
@@ -198,7 +206,7 @@ fi
 # ~260 launches per step of the 28-layer model, --launch-skip 26000 lands well inside the decode.
 if has pagellm && [ -n "${GPU_CHECK_PROFILE:-}" ] && [ -f /tmp/qwen3-0.6b/config.json ]; then
   for batch in ${GPU_CHECK_PROFILE_BATCHES:-1 64 128}; do
-    for graphs in 1 0; do
+    for graphs in ${GPU_CHECK_PROFILE_GRAPHS:-1 0}; do
       PAGELLM_CUDA_GRAPHS=$graphs timeout 60 "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda \
         --batch-size "$batch" --input-len 512 --output-len 64 --max-num-seqs 256 --output json \
         >"$out/latency_b${batch}_g$graphs.json" 2>"$out/latency_b${batch}_g$graphs.log"
