@@ -116,7 +116,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
 
 Engine::~Engine() { stop(); }
 
-Expected<std::shared_ptr<OutputChannel>> Engine::submit(GenerateRequest request) {
+Expected<Engine::Validated> Engine::validate(GenerateRequest request) const {
   const ModelConfig& mc = model_->config();
   SamplingParams& sampling = request.sampling;
   for (int64_t id : mc.eos_token_ids) sampling.eos_token_ids.push_back(static_cast<TokenId>(id));
@@ -138,19 +138,51 @@ Expected<std::shared_ptr<OutputChannel>> Engine::submit(GenerateRequest request)
     if (!tokenizer_) return invalid_argument("[engine] stop strings need a tokenizer; this model has none");
     live->stop_matcher = std::make_unique<StopStringMatcher>(request.stop_strings, request.include_stop_string);
   }
+  return Validated{std::move(request.prompt_token_ids), std::move(sampling), std::move(live)};
+}
+
+std::vector<Expected<std::shared_ptr<OutputChannel>>> Engine::queue(std::vector<Expected<Validated>> validated) {
+  std::vector<Expected<std::shared_ptr<OutputChannel>>> channels;
+  channels.reserve(validated.size());
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
-    if (stop_requested_) return Status(StatusCode::kUnavailable, "[engine] shutting down");
-    if (num_queued_ >= config_.max_waiting)
-      return Status(StatusCode::kUnavailable,
-                    fmt::format("[engine] too many requests in flight ({}); retry later", num_queued_));
-    const RequestId id = next_request_id_++;
-    live->channel = std::make_shared<OutputChannel>(id);
-    ++num_queued_;
-    pending_submits_.emplace_back(Request(id, std::move(request.prompt_token_ids), std::move(sampling)), live);
+    for (auto& item : validated) {
+      if (!item.has_value()) {
+        channels.push_back(item.status());
+        continue;
+      }
+      if (stop_requested_) {
+        channels.push_back(Status(StatusCode::kUnavailable, "[engine] shutting down"));
+        continue;
+      }
+      if (num_queued_ >= config_.max_waiting) {
+        channels.push_back(Status(StatusCode::kUnavailable,
+                                  fmt::format("[engine] too many requests in flight ({}); retry later", num_queued_)));
+        continue;
+      }
+      Validated& v = *item;
+      const RequestId id = next_request_id_++;
+      v.live->channel = std::make_shared<OutputChannel>(id);
+      ++num_queued_;
+      channels.push_back(v.live->channel);
+      pending_submits_.emplace_back(Request(id, std::move(v.prompt_token_ids), std::move(v.sampling)), v.live);
+    }
   }
   inbox_ready_.notify_one();
-  return live->channel;
+  return channels;
+}
+
+Expected<std::shared_ptr<OutputChannel>> Engine::submit(GenerateRequest request) {
+  std::vector<Expected<Validated>> one;
+  one.push_back(validate(std::move(request)));
+  return std::move(queue(std::move(one)).front());
+}
+
+std::vector<Expected<std::shared_ptr<OutputChannel>>> Engine::submit_all(std::vector<GenerateRequest> requests) {
+  std::vector<Expected<Validated>> validated;
+  validated.reserve(requests.size());
+  for (GenerateRequest& request : requests) validated.push_back(validate(std::move(request)));
+  return queue(std::move(validated));
 }
 
 void Engine::abort(RequestId request_id) {

@@ -45,6 +45,9 @@ class Engine {
   // Validates and queues a request; the channel carries its outputs. Errors (bad params, prompt too
   // long, queue full) come back here, synchronously.
   Expected<std::shared_ptr<OutputChannel>> submit(GenerateRequest request);
+  // The same for several requests, queued together: the engine's next step sees all of those that
+  // are valid (offline batches and `bench latency` measure one step over the whole batch).
+  std::vector<Expected<std::shared_ptr<OutputChannel>>> submit_all(std::vector<GenerateRequest> requests);
   // Ends a request wherever it is; its blocks are freed on the engine thread's next turn.
   void abort(RequestId request_id);
 
@@ -79,6 +82,15 @@ class Engine {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+
+  // submit()'s validation, off the lock; then queue() takes the lock once for a whole batch.
+  struct Validated {
+    std::vector<TokenId> prompt_token_ids;
+    SamplingParams sampling;
+    std::shared_ptr<Live> live;
+  };
+  Expected<Validated> validate(GenerateRequest request) const;
+  std::vector<Expected<std::shared_ptr<OutputChannel>>> queue(std::vector<Expected<Validated>> validated);
 
   // Inbox: the only state HTTP threads touch.
   mutable std::mutex inbox_mutex_;

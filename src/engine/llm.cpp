@@ -14,13 +14,13 @@ Expected<std::unique_ptr<LLM>> LLM::load(const EngineConfig& config) {
 std::vector<CompletedRequest> LLM::generate(std::vector<GenerateRequest> requests) {
   std::vector<CompletedRequest> results(requests.size());
   std::vector<std::shared_ptr<OutputChannel>> channels(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    results[i].prompt_token_ids = requests[i].prompt_token_ids;
-    auto channel = engine_->submit(std::move(requests[i]));
-    if (channel.has_value()) channels[i] = *channel;
-    else results[i].error = channel.status();
+  for (size_t i = 0; i < requests.size(); ++i) results[i].prompt_token_ids = requests[i].prompt_token_ids;
+  auto submitted = engine_->submit_all(std::move(requests));
+  for (size_t i = 0; i < submitted.size(); ++i) {
+    if (submitted[i].has_value()) channels[i] = *submitted[i];
+    else results[i].error = submitted[i].status();
   }
-  for (size_t i = 0; i < requests.size(); ++i) {
+  for (size_t i = 0; i < channels.size(); ++i) {
     if (!channels[i]) continue;
     CompletedRequest& result = results[i];
     while (auto out = channels[i]->next()) {

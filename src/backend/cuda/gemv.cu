@@ -119,8 +119,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   partial[warp][g][2 * t] = c[0];
   partial[warp][g][2 * t + 1] = c[1];
   __syncthreads();
-  if (threadIdx.x < kTileRows * kTileRows) {
-    const int row = static_cast<int>(threadIdx.x) / kTileRows, col = static_cast<int>(threadIdx.x) % kTileRows;
+  // 64 outputs per tile; a one-warp block (K <= 256) writes two each.
+  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kTileRows; i += static_cast<int>(blockDim.x)) {
+    const int row = i / kTileRows, col = i % kTileRows;
     if (row < m && n0 + col < n) {
       const int num_warps = static_cast<int>(blockDim.x) / 32;
       float sum = partial[0][row][col];

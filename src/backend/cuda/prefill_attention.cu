@@ -9,9 +9,10 @@
 //     S = Q K^T        wmma 16x16x16, bf16/f16 inputs (exact products), f32 accumulation;
 //     online softmax   lanes (2 per row) mask by the row's own visible range, scale, softcap, and
 //                      fold the tile into the running (m, l) of the row in f32;
-//     O = O * alpha + P V   P is split into hi + lo 16-bit parts (P = hi + lo to ~2^-16 relative),
-//                      two wmma products, so the probabilities keep f32 accuracy although the tensor
-//                      cores take 16-bit inputs; O lives in shared memory as f32.
+//     O = O * alpha + P V   P is split into three 16-bit parts (P = hi + mid + lo to ~2^-24 relative),
+//                      three wmma products, so the probabilities keep f32 accuracy although the tensor
+//                      cores take 16-bit inputs (two parts, ~2^-16, left errors of ~1e-6 that failed
+//                      the bf16 tolerance on outputs near zero); O lives in shared memory as f32.
 //   A row's result depends only on its own q, its visible keys and the fixed key-tile order, not on
 //   which rows share its tile: chunked prefill gives the same bits as prefill in one piece, and a
 //   sequence alone the same as in a batch. Fully masked tiles are exact no-ops (alpha = 1, P = 0).
@@ -41,7 +42,7 @@ static_assert(kWarpRows == 16);
 template <int D>
 struct TileSmem {
   static constexpr int kLdh = D + 8;           // Q, K, V rows (16-bit elements)
-  static constexpr int kLds = kTileKeys + 4;   // scores (f32); the same bytes then hold P hi | P lo
+  static constexpr int kLds = 3 * kTileKeys / 2 + 4;  // scores (f32); the same bytes then hold P hi | mid | lo
   static constexpr int kLdp = 2 * kLds;        // P rows in 16-bit elements
   static constexpr int kLdo = D + 4;           // output accumulators (f32)
   static constexpr int q_bytes = kTileRows * kLdh * 2;
@@ -54,7 +55,7 @@ struct TileSmem {
                        o_off = s_off + s_bytes, row_off = o_off + o_bytes, misc_off = row_off + row_bytes;
   static constexpr int total_bytes = misc_off + misc_bytes;
   static_assert(q_bytes % 128 == 0 && kv_bytes % 128 == 0 && s_bytes % 128 == 0 && o_bytes % 128 == 0);
-  static_assert(2 * kTileKeys * 2 <= kLds * 4, "P hi | P lo must fit in a score row");
+  static_assert(3 * kTileKeys * 2 <= kLds * 4, "P hi | mid | lo must fit in a score row");
 };
 
 // The visible keys [begin, end) of the row at absolute position pos (place_row's rule).
@@ -232,15 +233,19 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
     const float alpha = run_m == -INFINITY ? 0.0f : (tile_max == -INFINITY ? 1.0f : expf(run_m - m_new));
     __syncwarp();  // every lane has read its scores before P overwrites them
     T* p_hi = reinterpret_cast<T*>(s_s + local_row * L::kLds);
-    T* p_lo = p_hi + kTileKeys;
+    T* p_mid = p_hi + kTileKeys;
+    T* p_lo = p_mid + kTileKeys;
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const float p = score[i] == -INFINITY ? 0.0f : expf(score[i] - m_new);
       sum += p;
       const T hi = from_f32<T>(p);
+      const float rest = p - to_f32(hi);  // exact in f32
+      const T mid = from_f32<T>(rest);
       p_hi[half * 32 + i] = hi;
-      p_lo[half * 32 + i] = from_f32<T>(p - to_f32(hi));
+      p_mid[half * 32 + i] = mid;
+      p_lo[half * 32 + i] = from_f32<T>(rest - to_f32(mid));
     }
     sum += __shfl_xor_sync(kFullMask, sum, 1);
     run_l = run_l * alpha + sum;
@@ -248,7 +253,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
     if (half == 0) row_s[local_row] = alpha;
     __syncwarp();
 
-    // O = O * alpha + (P_hi + P_lo) V for the warp's rows.
+    // O = O * alpha + (P_hi + P_mid + P_lo) V for the warp's rows.
     float* o_warp = o_s + warp * kWarpRows * L::kLdo;
     for (int i = lane; i < kWarpRows * D; i += 32) {
       const int r = i / D, d = i % D;
@@ -257,12 +262,12 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
     __syncwarp();
     {
       const T* p_warp = reinterpret_cast<const T*>(s_s + warp * kWarpRows * L::kLds);
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_frag[2][kTileKeys / 16];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_frag[3][kTileKeys / 16];
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-        wmma::load_matrix_sync(p_frag[0][kk], p_warp + kk * 16, L::kLdp);
-        wmma::load_matrix_sync(p_frag[1][kk], p_warp + kTileKeys + kk * 16, L::kLdp);
-      }
+      for (int part = 0; part < 3; ++part)
+#pragma unroll
+        for (int kk = 0; kk < kTileKeys / 16; ++kk)
+          wmma::load_matrix_sync(p_frag[part][kk], p_warp + part * kTileKeys + kk * 16, L::kLdp);
 #pragma unroll 2
       for (int n = 0; n < D / 16; ++n) {
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
@@ -273,6 +278,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
           wmma::load_matrix_sync(v_frag, v_s + kk * 16 * L::kLdh + n * 16, L::kLdh);
           wmma::mma_sync(o_frag, p_frag[0][kk], v_frag, o_frag);
           wmma::mma_sync(o_frag, p_frag[1][kk], v_frag, o_frag);
+          wmma::mma_sync(o_frag, p_frag[2][kk], v_frag, o_frag);
         }
         wmma::store_matrix_sync(o_warp + n * 16, o_frag, L::kLdo, wmma::mem_row_major);
       }
