@@ -80,7 +80,7 @@ run_tests() {  # binary filter name: 8 shards in parallel (the f64 reference run
   # GPU_CHECK_SANITIZE_ON_FAIL=1: the failed tests again under compute-sanitizer memcheck.
   local sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
   if [ "$failed" -gt 0 ] && [ -n "${GPU_CHECK_SANITIZE_ON_FAIL:-}" ] && [ -n "$sanitizer" ]; then
-    local names=$(grep -E "^\[  FAILED  \] .*\([0-9]+ ms\)$" "$log" | awk '{print $4}' | head -4 | paste -sd:)
+    local names=$(grep -E "^\[  FAILED  \] .*\([0-9]+ ms\)$" "$log" | awk '{print $4}' | tr -d , | head -4 | paste -sd:)
     timeout 180 "$sanitizer" --tool memcheck "$build/tests/$1" --gtest_filter="$names" >"$out/$3_memcheck.log" 2>&1
     note "memcheck of $names: rc=$? $(grep -E 'ERROR SUMMARY' "$out/$3_memcheck.log" | tail -1)"
     grep -m8 -E "Invalid|out of bounds|misaligned|Address" "$out/$3_memcheck.log"
@@ -151,7 +151,9 @@ fi
 # ----- nsys (GPU_CHECK_NSYS=1): a W1 concurrency-64 run under Nsight Systems ---------------------
 # The server runs under nsys; after the bench, SIGINT ends it gracefully and nsys writes the report.
 # Kernel time per kernel, and the GPU's busy share of the bench's wall time, come back as text.
-nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+nsys_bin=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+  /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+[ -n "${GPU_CHECK_NSYS:-}" ] && [ -z "$nsys_bin" ] && note "nsys: not found on this machine"
 if has pagellm && [ -n "${GPU_CHECK_NSYS:-}" ] && [ -n "$nsys_bin" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
   port=18433
   "$nsys_bin" profile --trace cuda --sample none --cpuctxsw none --force-overwrite true -o /tmp/nsys_w1 \
@@ -190,7 +192,7 @@ if has pagellm && [ -n "${GPU_CHECK_QWEN35_LEVELS:-}" ] && [ -f assets/tokenizer
   for level in $GPU_CHECK_QWEN35_LEVELS; do
     prompts=$((level == 1 ? 6 : 4 * level))
     timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3.5-0.8b \
-      --tokenizer "$model" --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+      --tokenizer assets/tokenizers/qwen3 --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
       --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
       --result-json "$out/w1_qwen35_c$level.json" >"$out/w1_qwen35_c$level.log" 2>&1
     rc=$?
