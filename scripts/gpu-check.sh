@@ -200,6 +200,12 @@ if has pagellm && [ -n "${GPU_CHECK_QWEN35_LEVELS:-}" ] && [ -f assets/tokenizer
   done
   kill $server 2>/dev/null; wait $server 2>/dev/null
   tail -3 "$out/serve_qwen35.log"
+  # In-process prefill of one 512-token prompt with the chunked and the recurrent delta-rule kernels.
+  for chunked in 1 0; do
+    PAGELLM_CUDA_GDN_CHUNKED=$chunked timeout 120 "$build/src/pagellm" bench latency --model "$model" --device cuda --batch-size 1 \
+      --input-len 512 --output-len 16 --output json >"$out/latency_qwen35_chunked$chunked.json" 2>"$out/latency_qwen35_chunked$chunked.log"
+    note "qwen3.5-0.8b bench latency 512+16, PAGELLM_CUDA_GDN_CHUNKED=$chunked: rc=$? $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"prefill {j['prefill_ms']:.2f} ms, decode step p50 {j['decode_step_p50_ms']:.3f} ms\")" "$out/latency_qwen35_chunked$chunked.json" 2>/dev/null)"
+  done
 fi
 
 # ----- profile (GPU_CHECK_PROFILE=1): decode step times with and without graphs, ncu per kernel --
