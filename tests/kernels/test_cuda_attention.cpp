@@ -197,7 +197,7 @@ TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
   unsetenv("PAGELLM_CUDA_PREFILL_ATTENTION");
 }
 
-// The prefill kernel (16-bit dtypes, q_len >= 2): the rows of a prompt chunk are bitwise the rows
+// The prefill kernel (bf16, q_len >= 2): the rows of a prompt chunk are bitwise the rows
 // the same positions get when the whole prompt runs in one piece inside a batch (chunked prefill ==
 // one piece, alone == batched), and both are right against the reference. Tiles of 64 rows start at
 // the chunk's first row, so a chunk starting at position 100 cuts the tiles differently.
@@ -211,8 +211,9 @@ TEST(CudaAttention, PrefillRowsDoNotDependOnBatchOrChunking) {
     float softcap;
   };
   const Variant variants[] = {
-      {DType::kBF16, 128, true, -1, 0.0f}, {DType::kBF16, 128, true, 96, 30.0f}, {DType::kF16, 64, true, -1, 0.0f},
-      {DType::kBF16, 32, false, -1, 0.0f}, {DType::kF16, 256, true, -1, 0.0f},  {DType::kBF16, 16, true, 40, 0.0f},
+      {DType::kBF16, 128, true, -1, 0.0f}, {DType::kBF16, 128, true, 96, 30.0f}, {DType::kBF16, 64, true, -1, 0.0f},
+      {DType::kBF16, 32, false, -1, 0.0f}, {DType::kBF16, 256, true, -1, 0.0f}, {DType::kBF16, 16, true, 40, 0.0f},
+      {DType::kF16, 128, true, -1, 0.0f},  // f16: the general kernel (rows per row as well)
   };
   for (const Variant& v : variants) {
     SCOPED_TRACE(fmt::format("{} head_dim {} causal {} window {} softcap {}", dtype_name(v.dtype), v.head_dim, v.causal,

@@ -118,7 +118,7 @@ inline constexpr int64_t kAttentionPartition = 128;
 //    query head of the kv head's GQA group from one read of each K/V chunk; with decode_splits > 1 each
 //    block covers a range of units (decode_unit_chunks chunks of 32 keys) and writes one state per unit,
 //    folded in order by a merge kernel;
-//  - the prefill kernel (sequences with q_len >= 2, 16-bit dtypes, when the max_seqlen_q hint is >= 2):
+//  - the prefill kernel (sequences with q_len >= 2, bf16, when the max_seqlen_q hint is >= 2):
 //    block (64-row tile, query head) on tensor cores; it replaces the general kernel, and the decode
 //    kernel takes the batch's q_len == 1 sequences.
 // The general and decode kernels fold the same 32-key chunk states in the same order with the same
@@ -136,7 +136,7 @@ struct AttentionPlan {
   int64_t decode_smem_bytes = 0;
   int64_t partial_floats = 0;         // scratch `partials` must hold
 };
-// The prefill kernel (prefill_attention.cu): sequences with q_len >= 2 in bf16/f16, head_dim 16, 32,
+// The prefill kernel (prefill_attention.cu): sequences with q_len >= 2 in bf16, head_dim 16, 32,
 // 64, 128 or 256, on tensor cores (wmma); 0 bytes = head_dim not supported.
 int64_t prefill_attention_smem_bytes(int64_t head_dim);
 cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cudaStream_t stream);
