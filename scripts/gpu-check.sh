@@ -229,31 +229,49 @@ if has pagellm && [ -n "${GPU_CHECK_PROFILE:-}" ] && [ -f /tmp/qwen3-0.6b/config
       "$build/src/pagellm" bench latency --model /tmp/qwen3-0.6b --device cuda --batch-size "$batch" --input-len 512 \
       --output-len 120 --max-num-seqs 256 >"$out/ncu_b$batch.csv" 2>"$out/ncu_b$batch.log"
     note "ncu batch $batch: rc=$? (ncu_b$batch.csv)"
-    python3 - "$out/ncu_b$batch.csv" <<'PY' || true
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows: sys.exit(0)
-head = rows[0]; data = rows[1:]
-try:
-    ki = head.index("Kernel Name"); ii = head.index("Invocations"); ai = head.index("Average"); mi = head.index("Metric Name")
-except ValueError:
-    print("ncu columns:", head); sys.exit(0)
-tot = collections.Counter(); cnt = collections.Counter()
-for r in data:
-    if r[mi] != "gpu__time_duration.sum": continue
-    name = r[ki][:60]
-    try: tot[name] += float(r[ai].replace(",", "")) * int(r[ii]); cnt[name] += int(r[ii])
-    except ValueError: pass
-all_ns = sum(tot.values())
-print(f"ncu: {sum(cnt.values())} kernels, {all_ns/1e3:.1f} us of GPU time (2 decode steps)")
-for name, ns in tot.most_common(12): print(f"  {ns/all_ns*100:5.1f}%  {ns/1e3:9.1f} us  x{cnt[name]:4d}  {name}")
-PY
+    python3 scripts/ncu_summary.py "$out/ncu_b$batch.csv" "2 decode steps at batch $batch" || true
   done
 fi
 
 if [ -n "$hf_pid" ]; then
   wait "$hf_pid"
   note "hf_golden_hybrid --expected-only: rc=$? $(grep -E 'ok|FAILED' "$out/hf_hybrid.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+
+# ----- ncu of one prefill step (GPU_CHECK_NCU_PREFILL=1): bench latency's warm-up prefill ---------
+# Batch 64 x 512 tokens of the 0.6B shape, and one 512-token prompt of the Qwen3.5-0.8B shape (when
+# that model exists): the first launches of bench latency are its warm-up round's prefill step.
+ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if has pagellm && [ -n "${GPU_CHECK_NCU_PREFILL:-}" ] && [ -n "$ncu_bin" ]; then
+  for spec in "qwen3-0.6b 64 300" "qwen3.5-0.8b 1 420"; do
+    read -r name batch launches <<<"$spec"
+    [ -f "/tmp/$name/config.json" ] || continue
+    PAGELLM_CUDA_GRAPHS=0 timeout 150 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --launch-count "$launches" \
+      --print-summary per-kernel --print-units base --print-kernel-base function --csv \
+      "$build/src/pagellm" bench latency --model "/tmp/$name" --device cuda --batch-size "$batch" --input-len 512 --output-len 1 \
+      >"$out/ncu_prefill_$name.csv" 2>"$out/ncu_prefill_$name.log"
+    note "ncu prefill $name batch $batch: rc=$? (ncu_prefill_$name.csv)"
+    python3 scripts/ncu_summary.py "$out/ncu_prefill_$name.csv" "prefill of $batch x 512 tokens, $name" || true
+  done
+fi
+
+# ----- batch invariance (GPU_CHECK_INVARIANCE=1): one prompt alone and as 64 copies in one batch ----
+if has pagellm && [ -n "${GPU_CHECK_INVARIANCE:-}" ] && [ -f /tmp/qwen3-0.6b/config.json ]; then
+  python3 -c "import json,random; r=random.Random(5); p=[r.randrange(1000,100000) for _ in range(200)]; print(json.dumps({'prompt_ids': p}))" >/tmp/inv1.jsonl
+  for _ in $(seq 64); do cat /tmp/inv1.jsonl; done >/tmp/inv64.jsonl
+  for n in 1 64; do
+    "$build/src/pagellm" generate --model /tmp/qwen3-0.6b --device cuda --prompts-file /tmp/inv$n.jsonl --max-tokens 128 \
+      --ignore-eos --temperature 0 --output json >"$out/invariance_$n.json" 2>"$out/invariance_$n.log"
+  done
+  note "batch invariance (bf16 0.6B, 200-token prompt, 128 greedy tokens): $(python3 - "$out/invariance_1.json" "$out/invariance_64.json" <<'PY'
+import json, sys
+alone = json.load(open(sys.argv[1]))["outputs"][0]["token_ids"]
+batch = [o["token_ids"] for o in json.load(open(sys.argv[2]))["outputs"]]
+same = sum(1 for b in batch if b == alone)
+first = [next((i for i, (x, y) in enumerate(zip(alone, b)) if x != y), len(alone)) for b in batch]
+print(f"{same} of {len(batch)} batched copies equal the alone run; first difference at token {min(first)} (median {sorted(first)[len(first)//2]})")
+PY
+)"
 fi
 
 echo
