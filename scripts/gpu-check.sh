@@ -265,11 +265,12 @@ if has pagellm && [ -n "${GPU_CHECK_INVARIANCE:-}" ] && [ -f /tmp/qwen3-0.6b/con
   done
   note "batch invariance (bf16 0.6B, 200-token prompt, 128 greedy tokens): $(python3 - "$out/invariance_1.json" "$out/invariance_64.json" <<'PY'
 import json, sys
-alone = json.load(open(sys.argv[1]))["outputs"][0]["token_ids"]
-batch = [o["token_ids"] for o in json.load(open(sys.argv[2]))["outputs"]]
+lines = lambda path: [json.loads(line) for line in open(path) if line.strip()]  # generate's JSON lines
+alone = lines(sys.argv[1])[0]["token_ids"]
+batch = [o["token_ids"] for o in lines(sys.argv[2])]
 same = sum(1 for b in batch if b == alone)
 first = [next((i for i, (x, y) in enumerate(zip(alone, b)) if x != y), len(alone)) for b in batch]
-print(f"{same} of {len(batch)} batched copies equal the alone run; first difference at token {min(first)} (median {sorted(first)[len(first)//2]})")
+print(f"{same} of {len(batch)} batched copies equal the alone run; first difference at token {min(first)} (median {sorted(first)[len(first)//2]}); {len(set(map(tuple, batch)))} distinct outputs in the batch")
 PY
 )"
 fi
