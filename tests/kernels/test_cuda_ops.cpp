@@ -176,13 +176,17 @@ TEST(CudaOps, AddAndSiluMulMatchCpu) {
       gpu->add(a_dev.view(), a_dev.view(), b_dev.view());  // in place, as the residual stream
       EXPECT_EQ(compare_tensors(want, to_host(*gpu, a_dev.view()), 0, 0), "") << "add in place";
 
-      const Tensor gate_up = random_tensor({rows, 2 * 768}, dtype, rng, -6, 6);
-      Tensor want_act = Tensor::cpu({rows, 768}, dtype);
-      cpu.silu_mul(want_act.view(), gate_up.view());
-      Tensor gu_dev = to_device(*gpu, gate_up.view());
-      Tensor act_dev = poisoned(*gpu, {rows, 768}, dtype);
-      gpu->silu_mul(act_dev.view(), gu_dev.view());
-      EXPECT_EQ(compare_tensors(want_act, to_host(*gpu, act_dev.view()), ulps(dtype, 1).rel, 1e-6), "") << "silu_mul";
+      // Widths: 16-byte pieces in one chunk, two chunks of 2,048 columns, and an odd width (scalar).
+      for (int64_t width : {768, 3072, 1001}) {
+        const Tensor gate_up = random_tensor({rows, 2 * width}, dtype, rng, -6, 6);
+        Tensor want_act = Tensor::cpu({rows, width}, dtype);
+        cpu.silu_mul(want_act.view(), gate_up.view());
+        Tensor gu_dev = to_device(*gpu, gate_up.view());
+        Tensor act_dev = poisoned(*gpu, {rows, width}, dtype);
+        gpu->silu_mul(act_dev.view(), gu_dev.view());
+        EXPECT_EQ(compare_tensors(want_act, to_host(*gpu, act_dev.view()), ulps(dtype, 1).rel, 1e-6), "")
+            << "silu_mul width " << width;
+      }
     }
   }
 }

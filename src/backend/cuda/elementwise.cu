@@ -165,19 +165,37 @@ __global__ void rope_kernel(Rows x, int64_t num_heads, const int32_t* __restrict
   }
 }
 
+// Block (row, chunk of kThreads * 8 columns); a thread owns 8 consecutive columns, loaded as one
+// 16-byte piece of gate and of up when `vector_ok` (16-bit dtype, aligned rows, width % 8 == 0). No
+// per-element index division: a prefill of 32k rows x 3,072 ran ~4x under bandwidth with one.
 template <typename T>
-__global__ void silu_mul_kernel(Rows out, Rows gate_up) {
+__device__ __forceinline__ T silu_times(float gate, float up) {
+  // transformers rounds silu(gate) to the activation dtype before multiplying by up.
+  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+  return from_f32<T>(__fmul_rn(round_to<T>(silu), up));
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
   const int64_t width = out.row_size;
-  const int64_t n = out.num_rows * width;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / width, c = i % width;
-    const T* in = row_ptr<const T>(gate_up, r);
-    const float gate = to_f32(in[c]), up = to_f32(in[width + c]);
-    // transformers rounds silu(gate) to the activation dtype before multiplying by up.
-    const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-    row_ptr<T>(out, r)[c] = from_f32<T>(__fmul_rn(round_to<T>(silu), up));
+  const int64_t r = blockIdx.x;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+  if (c0 >= width) return;
+  const T* in = row_ptr<const T>(gate_up, r);
+  T* dst = row_ptr<T>(out, r);
+  if constexpr (sizeof(T) == 2) {
+    if (vector_ok) {
+      alignas(16) T gate[8], up[8], result[8];
+      *reinterpret_cast<uint4*>(gate) = *reinterpret_cast<const uint4*>(in + c0);
+      *reinterpret_cast<uint4*>(up) = *reinterpret_cast<const uint4*>(in + width + c0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) result[i] = silu_times<T>(to_f32(gate[i]), to_f32(up[i]));
+      *reinterpret_cast<uint4*>(dst + c0) = *reinterpret_cast<const uint4*>(result);
+      return;
+    }
   }
+  const int64_t c_end = c0 + 8 < width ? c0 + 8 : width;
+  for (int64_t c = c0; c < c_end; ++c) dst[c] = silu_times<T>(to_f32(in[c]), to_f32(in[width + c]));
 }
 
 template <typename T>
@@ -404,7 +422,14 @@ cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* p
 cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t stream) {
   if (out.num_rows * out.row_size == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
-    silu_mul_kernel<decltype(t)><<<stride_blocks(out.num_rows * out.row_size), kThreads, 0, stream>>>(out, gate_up);
+    using T = decltype(t);
+    auto aligned = [](const Rows& rows) {
+      return reinterpret_cast<uintptr_t>(rows.data) % 16 == 0 && rows.outer_stride % 8 == 0 &&
+             (rows.inner_rows == 1 || rows.inner_stride % 8 == 0);
+    };
+    const bool vector_ok = sizeof(T) == 2 && out.row_size % 8 == 0 && aligned(out) && aligned(gate_up);
+    const dim3 grid(static_cast<unsigned>(out.num_rows), blocks_for(out.row_size, int64_t{kThreads} * 8));
+    silu_mul_kernel<T><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
     return cudaGetLastError();
   });
 }
