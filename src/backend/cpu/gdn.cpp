@@ -296,7 +296,8 @@ void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, co
                     const TensorView& a, const TensorView& b, const TensorView& A_log, const TensorView& dt_bias,
                     TensorView state, const GdnParams& params) {
   check_delta_rule_shapes(out, q, k, v, a, b, state);
-  DeltaRuleArgs p{out, q, k, v, a, b};
+  DeltaRuleArgs p;
+  p.out = out, p.q = q, p.k = k, p.v = v, p.a = a, p.b = b;
   p.state = state.ptr<float>();
   p.a_log = to_f32(A_log);
   p.dt_bias = to_f32(dt_bias);

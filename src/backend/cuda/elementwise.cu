@@ -75,59 +75,69 @@ __global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const 
   }
 }
 
-// One warp per (token, head) row of q or k: rms_norm (as rms_norm_kernel), RoPE (as rope_kernel)
-// through a per-warp row in shared memory, store in place; k rows and their v rows then go to the
-// caches (as write_kv_kernel). Every intermediate is rounded where the unfused ops store it.
+// One block per token: its RoPE cos/sin (as rope_kernel computes them) once into shared memory, then
+// one warp per (token, head) row of q or k: rms_norm (as rms_norm_kernel), RoPE through a per-warp
+// row in shared memory, store in place; k rows and their v rows then go to the caches (as
+// write_kv_kernel). Every intermediate is rounded where the unfused ops store it. (One warp per row
+// with its own cosf/sinf, as before, spent ~5x the bandwidth time of a prefill step on the trig.)
 template <typename T>
 __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
   __shared__ float normed[kWarpsPerBlock][kMaxPrologueHeadDim];
-  const int64_t heads = a.num_q_heads + a.num_kv_heads;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= a.num_tokens * heads) return;
+  __shared__ float cos_s[kMaxPrologueHeadDim / 2], sin_s[kMaxPrologueHeadDim / 2];
+  const int64_t t = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = row / heads, h = row % heads;
-  const bool is_q = h < a.num_q_heads;
-  const int64_t kv_head = h - a.num_q_heads;
-  T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
-  const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  const float pos = static_cast<float>(a.positions[t]);
+  for (int64_t j = threadIdx.x; j < a.half; j += blockDim.x) {
+    const float angle = __fmul_rn(pos, a.inv_freq[j]);
+    cos_s[j] = round_to<T>(__fmul_rn(cosf(angle), a.attention_scaling));
+    sin_s[j] = round_to<T>(__fmul_rn(sinf(angle), a.attention_scaling));
+  }
+  __syncthreads();
+  const int64_t heads = a.num_q_heads + a.num_kv_heads;
   const int64_t d = a.head_dim;
   float* s = normed[warp];
-  float sum_sq = 0.0f;
-  for (int64_t i = lane; i < d; i += 32) {
-    const float v = to_f32(x[i]);
-    sum_sq += v * v;
-  }
-  sum_sq = warp_sum(sum_sq);
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
-  for (int64_t i = lane; i < d; i += 32) {
-    const float v = to_f32(x[i]);
-    const float weight = to_f32(w[i]);
-    const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
-                               : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
-    s[i] = round_to<T>(y);
-  }
-  __syncwarp();
-  const float pos = static_cast<float>(a.positions[t]);
-  for (int64_t j = lane; j < a.half; j += 32) {  // lane-private pairs (j, j + half)
-    const float angle = __fmul_rn(pos, a.inv_freq[j]);
-    const float c = round_to<T>(__fmul_rn(cosf(angle), a.attention_scaling));
-    const float sn = round_to<T>(__fmul_rn(sinf(angle), a.attention_scaling));
-    const float lo = s[j], hi = s[j + a.half];
-    s[j] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(lo, c)), round_to<T>(__fmul_rn(-hi, sn))));
-    s[j + a.half] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(hi, c)), round_to<T>(__fmul_rn(lo, sn))));
-  }
-  __syncwarp();
-  for (int64_t i = lane; i < d; i += 32) x[i] = from_f32<T>(s[i]);
-  if (is_q) return;
-  const int64_t slot = a.slot_mapping[t];
-  if (slot < 0) return;
-  if (slot >= a.cache.num_blocks * a.cache.block_size) __trap();  // as write_kv
-  const int64_t dst = (slot / a.cache.block_size) * a.cache.stride_block +
-                      (slot % a.cache.block_size) * a.cache.stride_slot + kv_head * a.cache.stride_head;
-  const T* v_row = row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
-  for (int64_t i = lane; i < d; i += 32) {
-    static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
-    static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
+  for (int64_t h = warp; h < heads; h += kWarpsPerBlock) {
+    const bool is_q = h < a.num_q_heads;
+    const int64_t kv_head = h - a.num_q_heads;
+    T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
+    const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+    float sum_sq = 0.0f;
+    for (int64_t i = lane; i < d; i += 32) {
+      const float v = to_f32(x[i]);
+      sum_sq += v * v;
+    }
+    sum_sq = warp_sum(sum_sq);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
+    for (int64_t i = lane; i < d; i += 32) {
+      const float v = to_f32(x[i]);
+      const float weight = to_f32(w[i]);
+      const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
+                                 : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+      s[i] = round_to<T>(y);
+    }
+    __syncwarp();
+    for (int64_t j = lane; j < a.half; j += 32) {  // lane-private pairs (j, j + half)
+      const float c = cos_s[j], sn = sin_s[j];
+      const float lo = s[j], hi = s[j + a.half];
+      s[j] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(lo, c)), round_to<T>(__fmul_rn(-hi, sn))));
+      s[j + a.half] = round_to<T>(__fadd_rn(round_to<T>(__fmul_rn(hi, c)), round_to<T>(__fmul_rn(lo, sn))));
+    }
+    __syncwarp();
+    for (int64_t i = lane; i < d; i += 32) x[i] = from_f32<T>(s[i]);
+    if (!is_q) {
+      const int64_t slot = a.slot_mapping[t];
+      if (slot >= a.cache.num_blocks * a.cache.block_size) __trap();  // as write_kv
+      if (slot >= 0) {
+        const int64_t dst = (slot / a.cache.block_size) * a.cache.stride_block +
+                            (slot % a.cache.block_size) * a.cache.stride_slot + kv_head * a.cache.stride_head;
+        const T* v_row = row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
+        for (int64_t i = lane; i < d; i += 32) {
+          static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
+          static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
+        }
+      }
+    }
+    __syncwarp();  // the next row of this warp overwrites s
   }
 }
 
@@ -396,7 +406,7 @@ cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args
   if (rows == 0) return cudaSuccess;
   if (args.head_dim > kMaxPrologueHeadDim || 2 * args.half > args.head_dim) return cudaErrorInvalidValue;
   return dispatch_float(dtype, [&](auto t) {
-    qk_norm_rope_write_kv_kernel<decltype(t)><<<blocks_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(args);
+    qk_norm_rope_write_kv_kernel<decltype(t)><<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args);
     return cudaGetLastError();
   });
 }
