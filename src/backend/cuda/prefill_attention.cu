@@ -171,26 +171,48 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
   const int64_t key_tile_begin = block_end > block_begin ? block_begin / kTileKeys : 0;
   const int64_t key_tile_end = block_end > block_begin ? (block_end + kTileKeys - 1) / kTileKeys : 0;
 
-  for (int64_t key_tile = key_tile_begin; key_tile < key_tile_end; ++key_tile) {
-    const int64_t key0 = key_tile * kTileKeys;
-    __syncthreads();  // every warp is done with the previous K/V tile (and Q / O are initialised)
-    for (int i = tid; i < kTileKeys * kPieces; i += kTileThreads) {
-      const int j = i / kPieces, piece = i % kPieces;
-      const int64_t key = key0 + j;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+  // K/V tiles go global -> registers -> shared memory. For head_dim <= 128 the next tile's loads are
+  // issued before this tile's math (register prefetch: 2 x D / 16 16-byte pieces a thread), so their
+  // latency hides behind the tensor-core work; head_dim 256 would need 64 more registers and loads
+  // its tile at the top of each iteration.
+  constexpr bool kPrefetch = D <= 128;
+  constexpr int kLoads = kTileKeys * kPieces / kTileThreads;  // 16-byte pieces of K (and of V) a thread
+  static_assert(kLoads * kTileThreads == kTileKeys * kPieces);
+  uint4 k_regs[kLoads], v_regs[kLoads];
+  auto fetch = [&](int64_t key_tile) {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = tid + u * kTileThreads, j = i / kPieces, piece = i % kPieces;
+      const int64_t key = key_tile * kTileKeys + j;
+      k_regs[u] = v_regs[u] = make_uint4(0, 0, 0, 0);
       if (key >= block_begin && key < block_end) {
         const int64_t block = table[key / block_size], in_block = key % block_size;
         const int64_t k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot +
                               kv_head * a.k_layout.stride_head + piece * 8;
         const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot +
                               kv_head * a.v_layout.stride_head + piece * 8;
-        kv = *reinterpret_cast<const uint4*>(k_cache + k_off);
-        vv = *reinterpret_cast<const uint4*>(v_cache + v_off);
+        k_regs[u] = *reinterpret_cast<const uint4*>(k_cache + k_off);
+        v_regs[u] = *reinterpret_cast<const uint4*>(v_cache + v_off);
       }
-      *reinterpret_cast<uint4*>(k_s + j * L::kLdh + piece * 8) = kv;
-      *reinterpret_cast<uint4*>(v_s + j * L::kLdh + piece * 8) = vv;
     }
+  };
+  auto stash = [&] {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = tid + u * kTileThreads, j = i / kPieces, piece = i % kPieces;
+      *reinterpret_cast<uint4*>(k_s + j * L::kLdh + piece * 8) = k_regs[u];
+      *reinterpret_cast<uint4*>(v_s + j * L::kLdh + piece * 8) = v_regs[u];
+    }
+  };
+  if (kPrefetch && key_tile_begin < key_tile_end) fetch(key_tile_begin);
+
+  for (int64_t key_tile = key_tile_begin; key_tile < key_tile_end; ++key_tile) {
+    const int64_t key0 = key_tile * kTileKeys;
+    if (!kPrefetch) fetch(key_tile);
+    __syncthreads();  // every warp is done with the previous K/V tile (and Q / O are initialised)
+    stash();
     __syncthreads();
+    if (kPrefetch && key_tile + 1 < key_tile_end) fetch(key_tile + 1);  // in flight during the math below
 
     // S = Q K^T for this warp's 16 rows x 64 keys.
     {
