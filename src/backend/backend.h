@@ -62,6 +62,11 @@ struct GdnParams {
 // The CPU twin of Backend::sample on host views (sampling_math.cpp): rows with temperature > 0 get
 // sampling::draw_token, the others keep their id.
 void sample_rows_on_host(TensorView ids, const TensorView& logits, const TensorView& params);
+// The CPU twins of Backend::apply_penalties and Backend::logprobs on host views (sampling_math.cpp).
+void apply_penalties_on_host(TensorView out, const TensorView& logits, const TensorView& rows,
+                             const TensorView& history);
+void logprobs_on_host(TensorView out_ids, TensorView out_logprobs, const TensorView& logits, const TensorView& ids,
+                      const TensorView& rows);
 
 class Backend {
  public:
@@ -191,11 +196,32 @@ class Backend {
   // which token): ids[R] (i32) of rows whose params have temperature > 0 are overwritten, the
   // others keep what they hold (argmax ids, or rows the host samples). params: [R, 24] u8, one
   // sampling::RowParams per row, on the op's device; its uniform comes from the host, so a draw
-  // stays counter-based (same seed and count, same token, in any batch). No penalties and no
-  // logprobs: rows needing those stay on the host sampler (runner/sampler.h).
+  // stays counter-based (same seed and count, same token, in any batch). Rows with penalties are
+  // sampled from apply_penalties' output; logprobs come from logprobs() below.
   // The default body is the CPU twin (host views).
   virtual void sample(TensorView ids, const TensorView& logits, const TensorView& params) {
     sample_rows_on_host(ids, logits, params);
+  }
+  // Repetition / presence / frequency penalties (sampling_math.h says exactly how) on copies of some
+  // logits rows: out[P, V] f32 row p = logits row rows[p].logits_row widened to f32, then every
+  // distinct id of row p's history penalised once. f32 because sample_token penalises the widened
+  // row: rounding back to bf16 would move ties and draws. The raw logits stay as they are (logprobs
+  // read them). rows: [P, 32] u8, one sampling::PenaltyRow each; history: [H] i32, the rows' prompt +
+  // output ids back to back; all on the op's device. Deterministic: occurrences are counted with
+  // integer adds, and each distinct id is written by one thread.
+  virtual void apply_penalties(TensorView out, const TensorView& logits, const TensorView& rows,
+                               const TensorView& history) {
+    apply_penalties_on_host(out, logits, rows, history);
+  }
+  // Logprobs of the raw logits' log-softmax (sampling_math.h), so only (id, logprob) pairs leave the
+  // device. For L rows (rows: [L, 12] u8, one sampling::LogprobRow each) of logits [R, V]:
+  //   out_ids [L, 1 + K] i32, out_logprobs [L, 1 + K] f32 (K <= kMaxTopLogprobs):
+  //   column 0 = the sampled token ids[rows[l].id_index] (ids: [N] i32) and its logprob;
+  //   columns 1 ..= k = the k = min(num_top, K, V) most likely tokens, best first (ties: lower id);
+  //   the columns after them hold id -1, logprob 0.
+  virtual void logprobs(TensorView out_ids, TensorView out_logprobs, const TensorView& logits, const TensorView& ids,
+                        const TensorView& rows) {
+    logprobs_on_host(out_ids, out_logprobs, logits, ids, rows);
   }
 };
 

@@ -1,7 +1,10 @@
 #include "backend/sampling_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <numeric>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,6 +105,126 @@ void sample_rows_on_host(TensorView ids, const TensorView& logits, const TensorV
     convert_to_f32(logits.ptr<const char>() + static_cast<size_t>(r * logits.strides[0]) * element_bytes,
                    logits.dtype, row.data(), row.size());
     ids.ptr<int32_t>()[r] = sampling::draw_token(row.data(), vocab, p);
+  }
+}
+
+namespace {
+
+// A raw-bytes parameter tensor on the host: rows of struct Row, contiguous.
+template <typename Row>
+Row row_at(const TensorView& rows, int64_t r) {
+  Row row;
+  std::memcpy(&row, rows.ptr<const char>() + static_cast<size_t>(r) * sizeof row, sizeof row);
+  return row;
+}
+
+template <typename Row>
+int64_t check_param_rows(const TensorView& rows, const char* op) {
+  CHECK_MSG(rows.device == Device::kCpu && rows.dtype == DType::kU8 && rows.is_contiguous() &&
+                rows.nbytes() % sizeof(Row) == 0,
+            "[backend] {}: rows must be [n, {}] u8 on the host, got {}", op, sizeof(Row), rows.shape.to_string());
+  return static_cast<int64_t>(rows.nbytes() / sizeof(Row));
+}
+
+void check_logits(const TensorView& logits, const char* op) {
+  CHECK_MSG(logits.device == Device::kCpu && logits.ndim() == 2 && logits.strides[1] == 1,
+            "[backend] {}: logits must be [rows, vocab] on the host, got {}", op, logits.shape.to_string());
+}
+
+void widen_row(const TensorView& logits, int64_t r, float* out) {
+  CHECK_MSG(r >= 0 && r < logits.size(0), "[backend] logits row {} of {}", r, logits.size(0));
+  const size_t element_bytes = dtype_size_bytes(logits.dtype);
+  convert_to_f32(logits.ptr<const char>() + static_cast<size_t>(r * logits.strides[0]) * element_bytes, logits.dtype,
+                 out, static_cast<size_t>(logits.size(1)));
+}
+
+}  // namespace
+
+void apply_penalties_on_host(TensorView out, const TensorView& logits, const TensorView& rows,
+                             const TensorView& history) {
+  check_logits(logits, "apply_penalties");
+  const int64_t num_rows = check_param_rows<sampling::PenaltyRow>(rows, "apply_penalties");
+  const int64_t vocab = logits.size(1);
+  CHECK_MSG(out.device == Device::kCpu && out.dtype == DType::kF32 && out.is_contiguous() && out.ndim() == 2 &&
+                out.size(0) == num_rows && out.size(1) == vocab,
+            "[backend] apply_penalties: out must be [{}, {}] f32, got {}", num_rows, vocab, out.shape.to_string());
+  CHECK_MSG(history.device == Device::kCpu && history.dtype == DType::kI32 && history.is_contiguous(),
+            "[backend] apply_penalties: history must be [H] i32 on the host");
+  const int32_t* ids = history.ptr<const int32_t>();
+  // The device's counting, in a loop: one occurrence word per id, reset after its row.
+  std::vector<uint32_t> words(static_cast<size_t>(vocab), 0);  // [vocab]
+  for (int64_t p = 0; p < num_rows; ++p) {
+    const auto row = row_at<sampling::PenaltyRow>(rows, p);
+    float* x = out.ptr<float>() + p * vocab;
+    widen_row(logits, row.logits_row, x);
+    const int64_t end = int64_t{row.num_prompt_tokens} + row.num_output_tokens;
+    CHECK_MSG(row.history_offset >= 0 && row.history_offset + end <= history.numel(),
+              "[backend] apply_penalties: row {} reads history [{}, {}) of {}", p, row.history_offset,
+              row.history_offset + end, history.numel());
+    const int32_t* row_ids = ids + row.history_offset;
+    for (int64_t i = sampling::first_counted_position(row); i < end; ++i) {
+      const int32_t id = row_ids[i];
+      if (id < 0 || id >= vocab) continue;
+      uint32_t& word = words[static_cast<size_t>(id)];
+      word = i < row.num_prompt_tokens ? (word | sampling::kInPromptBit) : word + 1;
+    }
+    for (int64_t i = sampling::first_counted_position(row); i < end; ++i) {
+      const int32_t id = row_ids[i];
+      if (id < 0 || id >= vocab) continue;
+      const uint32_t word = std::exchange(words[static_cast<size_t>(id)], 0);
+      if (word != 0) x[id] = sampling::penalised_logit(x[id], sampling::output_count_of(word), row);
+    }
+  }
+}
+
+void logprobs_on_host(TensorView out_ids, TensorView out_logprobs, const TensorView& logits, const TensorView& ids,
+                      const TensorView& rows) {
+  check_logits(logits, "logprobs");
+  const int64_t num_rows = check_param_rows<sampling::LogprobRow>(rows, "logprobs");
+  const int64_t vocab = logits.size(1);
+  CHECK_MSG(out_ids.device == Device::kCpu && out_ids.dtype == DType::kI32 && out_ids.is_contiguous() &&
+                out_ids.ndim() == 2 && out_ids.size(0) == num_rows && out_ids.size(1) >= 1 &&
+                out_ids.size(1) <= 1 + sampling::kMaxTopLogprobs,
+            "[backend] logprobs: out_ids must be [{}, 1 + K <= {}] i32, got {}", num_rows,
+            1 + sampling::kMaxTopLogprobs, out_ids.shape.to_string());
+  CHECK_MSG(out_logprobs.device == Device::kCpu && out_logprobs.dtype == DType::kF32 && out_logprobs.is_contiguous() &&
+                out_logprobs.shape == out_ids.shape,
+            "[backend] logprobs: out_logprobs must be {} f32", out_ids.shape.to_string());
+  CHECK_MSG(ids.device == Device::kCpu && ids.dtype == DType::kI32 && ids.is_contiguous(),
+            "[backend] logprobs: ids must be [N] i32 on the host");
+  const int64_t width = out_ids.size(1);
+  std::vector<float> x(static_cast<size_t>(vocab));   // [vocab] f32, the raw row
+  std::vector<float> lp(static_cast<size_t>(vocab));  // [vocab] its logprobs
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  for (int64_t l = 0; l < num_rows; ++l) {
+    const auto row = row_at<sampling::LogprobRow>(rows, l);
+    widen_row(logits, row.logits_row, x.data());
+    const float max_value = *std::max_element(x.begin(), x.end());
+    double sum = 0.0;
+    for (float v : x) sum += std::exp(static_cast<double>(v) - max_value);
+    const double log_sum = std::log(sum) + max_value;
+    for (size_t i = 0; i < x.size(); ++i) lp[i] = sampling::logprob_of(x[i], log_sum);
+
+    int32_t* row_ids = out_ids.ptr<int32_t>() + l * width;
+    float* row_logprobs = out_logprobs.ptr<float>() + l * width;
+    std::fill(row_ids, row_ids + width, -1);
+    std::fill(row_logprobs, row_logprobs + width, 0.0f);
+    CHECK_MSG(row.id_index >= 0 && row.id_index < ids.numel(), "[backend] logprobs: id index {} of {}", row.id_index,
+              ids.numel());
+    const int32_t token = ids.ptr<const int32_t>()[row.id_index];
+    row_ids[0] = token;
+    if (token >= 0 && token < vocab) row_logprobs[0] = lp[static_cast<size_t>(token)];
+    const int64_t k = std::min<int64_t>({row.num_top, width - 1, vocab});
+    if (k <= 0) continue;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const float la = lp[static_cast<size_t>(a)], lb = lp[static_cast<size_t>(b)];
+      return la > lb || (la == lb && a < b);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      row_ids[1 + j] = order[static_cast<size_t>(j)];
+      row_logprobs[1 + j] = lp[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    }
   }
 }
 

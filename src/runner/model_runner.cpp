@@ -33,13 +33,18 @@ int64_t graph_table_width(int64_t max_blocks) {
 
 size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
 
-// The rows the device cannot sample: penalties need the token history and logprobs the full
-// log-softmax, so these copy their logits row to the host and run sample_token.
-bool samples_on_host(const SamplingParams& p) { return p.needs_token_history() || p.num_logprobs.has_value(); }
+// Every row samples on the device (sample_token stays as the CPU reference the tests hold the
+// device ops to). A row with penalties samples from its penalised f32 copy (Backend::apply_penalties):
+// its argmax and draw run there, and its id lands after the R ids of the unpenalised rows.
+bool has_penalties(const SamplingParams& p) { return p.needs_token_history(); }
 
-// Rows with temperature > 0 (any top-k / top-p / min-p, seeded or not) that Backend::sample draws
-// on the device; greedy rows keep the argmax.
-bool samples_on_device(const SamplingParams& p) { return !p.is_greedy() && !samples_on_host(p); }
+// The top entries a row asks for, as the device returns them (spec/serving.md allows 20; the
+// server never asks for more, the CLI's --logprobs is capped here).
+int32_t num_top_logprobs(const SamplingParams& p) {
+  return std::clamp(p.num_logprobs.value_or(0), 0, sampling::kMaxTopLogprobs);
+}
+
+constexpr int64_t kLogprobColumns = 1 + sampling::kMaxTopLogprobs;  // the sampled token, then the top entries
 
 bool graphs_allowed_by_env() {
   const char* value = std::getenv("PAGELLM_CUDA_GRAPHS");
@@ -54,15 +59,24 @@ bool graphs_allowed_by_env() {
 //   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [T] | cu_seqlens_q i32 [B + 1] |
 //   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] |
 //   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
+//   | penalty_rows [P] sampling::PenaltyRow (32 B) | penalty_params [P] RowParams |
+//   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] |
 //
-// The offsets depend only on (T, B, R, W): a graph captured for a decode bucket (T = B = R) finds
-// its inputs at the same device addresses on every replay.
+// P rows have penalties (history: their prompt + output ids back to back, H in all), L rows want
+// logprobs. The offsets of the first eight parts depend only on (T, B, R, W): a graph captured for
+// a decode bucket (T = B = R) finds its inputs at the same device addresses on every replay; the
+// last four are read only by the sampling ops that run after it.
+//
+// Sampled ids on the device, [R + P] i32: ids[r] for sampling row r (argmax, or Backend::sample's
+// draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
 struct ModelRunner::StepLayout {
-  int64_t num_tokens, num_seqs, num_logits_rows, table_width;
+  int64_t num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids;
   size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, sample_params,
-      total_bytes;
+      penalty_rows, penalty_params, logprob_rows, history, total_bytes;
 
-  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w) : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w) {
+  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w, int64_t p, int64_t l, int64_t h)
+      : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w), num_penalised(p), num_logprob_rows(l),
+        num_history_ids(h) {
     size_t at = 0;
     auto take = [&](int64_t bytes) {
       const size_t offset = at;
@@ -77,8 +91,13 @@ struct ModelRunner::StepLayout {
     logits_rows = take(4 * r);
     block_tables = take(4 * b * w);
     sample_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * r);
+    penalty_rows = take(static_cast<int64_t>(sizeof(sampling::PenaltyRow)) * p);
+    penalty_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * p);
+    logprob_rows = take(static_cast<int64_t>(sizeof(sampling::LogprobRow)) * l);
+    history = take(4 * h);
     total_bytes = at;
   }
+  int64_t num_ids() const { return num_logits_rows + num_penalised; }
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots)
@@ -115,11 +134,26 @@ void ModelRunner::reserve(const StepLayout& layout) {
   if (!logits_.defined() || logits_.size(0) < rows) {
     const int64_t capacity = std::max<int64_t>({rows, logits_.defined() ? 2 * logits_.size(0) : 0, 16});
     logits_ = backend_.alloc({capacity, model_.config().vocab_size}, model_.activation_dtype());
-    sampled_ids_ = backend_.alloc({capacity}, DType::kI32);
-    sampled_ids_host_ = backend_.alloc_host({capacity}, DType::kI32);
+    sampled_ids_ = backend_.alloc({2 * capacity}, DType::kI32);  // R + P <= 2R
+    sampled_ids_host_ = backend_.alloc_host({2 * capacity}, DType::kI32);
     grew = true;
   }
   if (grew) graphs_.clear();  // they point at the old buffers
+  // Read only by the sampling ops after a graph's replay: growing them keeps the graphs.
+  if (layout.num_penalised > 0 && (!penalised_logits_.defined() || penalised_logits_.size(0) < layout.num_penalised)) {
+    const int64_t capacity = std::max<int64_t>(
+        {layout.num_penalised, penalised_logits_.defined() ? 2 * penalised_logits_.size(0) : 0, 4});
+    penalised_logits_ = backend_.alloc({capacity, model_.config().vocab_size}, DType::kF32);
+  }
+  if (layout.num_logprob_rows > 0 &&
+      (!logprob_ids_.defined() || logprob_ids_.size(0) < layout.num_logprob_rows)) {
+    const int64_t capacity = std::max<int64_t>(
+        {layout.num_logprob_rows, logprob_ids_.defined() ? 2 * logprob_ids_.size(0) : 0, 16});
+    logprob_ids_ = backend_.alloc({capacity, kLogprobColumns}, DType::kI32);
+    logprob_values_ = backend_.alloc({capacity, kLogprobColumns}, DType::kF32);
+    logprob_ids_host_ = backend_.alloc_host({capacity, kLogprobColumns}, DType::kI32);
+    logprob_values_host_ = backend_.alloc_host({capacity, kLogprobColumns}, DType::kF32);
+  }
 }
 
 void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
@@ -132,8 +166,12 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
   int32_t* logits_rows = reinterpret_cast<int32_t*>(base + layout.logits_rows);
   int32_t* block_tables = reinterpret_cast<int32_t*>(base + layout.block_tables);
   auto* sample_params = reinterpret_cast<sampling::RowParams*>(base + layout.sample_params);
+  auto* penalty_rows = reinterpret_cast<sampling::PenaltyRow*>(base + layout.penalty_rows);
+  auto* penalty_params = reinterpret_cast<sampling::RowParams*>(base + layout.penalty_params);
+  auto* logprob_rows = reinterpret_cast<sampling::LogprobRow*>(base + layout.logprob_rows);
+  int32_t* history = reinterpret_cast<int32_t*>(base + layout.history);
   const int64_t width = layout.table_width;
-  int32_t token = 0, sampling_row = 0;
+  int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   for (int64_t b = 0; b < num_rows; ++b) {
     const ScheduledRequest& row = plan.rows[static_cast<size_t>(b)];
@@ -149,10 +187,32 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
       positions[token] = pos;
       slot_mapping[token] = slot_of_position(row.block_table, pos, block_size_);
     }
-    if (row.is_sampling) {
+    if (!row.is_sampling) continue;
+    const SamplingParams& p = *row.sampling;
+    int32_t id_index = sampling_row;
+    if (has_penalties(p)) {
+      // Its draw runs on the penalised copy; the raw row keeps its argmax (unused) and is not drawn.
+      sample_params[sampling_row] = sampling::RowParams{};
+      penalty_params[penalised_row] = device_sample_params(row);
+      sampling::PenaltyRow& penalty = penalty_rows[penalised_row];
+      penalty = sampling::PenaltyRow{};
+      penalty.logits_row = sampling_row;
+      penalty.history_offset = history_ids;
+      // sample_token's split: the first num_prompt_tokens ids are the prompt, the rest outputs.
+      const int32_t num_history = static_cast<int32_t>(row.history_token_ids.size());
+      penalty.num_prompt_tokens = std::min(row.num_prompt_tokens, num_history);
+      penalty.num_output_tokens = num_history - penalty.num_prompt_tokens;
+      penalty.repetition_penalty = p.repetition_penalty;
+      penalty.presence_penalty = p.presence_penalty;
+      penalty.frequency_penalty = p.frequency_penalty;
+      std::copy(row.history_token_ids.begin(), row.history_token_ids.end(), history + history_ids);
+      history_ids += num_history;
+      id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
+    } else {
       sample_params[sampling_row] = device_sample_params(row);
-      logits_rows[sampling_row++] = token - 1;
     }
+    if (p.num_logprobs.has_value()) logprob_rows[logprob_row++] = {sampling_row, id_index, num_top_logprobs(p)};
+    logits_rows[sampling_row++] = token - 1;
   }
   // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
   for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
@@ -167,6 +227,8 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
   }
   cu_seqlens_q[layout.num_seqs] = token;
   CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows);
+  CHECK(penalised_row == layout.num_penalised && logprob_row == layout.num_logprob_rows &&
+        history_ids == layout.num_history_ids);
 }
 
 StepBatch ModelRunner::device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const {
@@ -197,9 +259,9 @@ void ModelRunner::forward_and_argmax(const StepBatch& batch) {
 }
 
 sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& row) {
-  sampling::RowParams params;  // temperature 0: the row keeps its argmax or is sampled on the host
+  sampling::RowParams params;  // temperature 0: the row keeps its argmax
   const SamplingParams& p = *row.sampling;
-  if (!samples_on_device(p)) return params;
+  if (p.is_greedy()) return params;
   params.temperature = p.temperature;
   params.top_k = p.top_k;
   params.top_p = p.top_p;
@@ -222,20 +284,27 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   if (plan.empty()) return result;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
-  int64_t max_blocks = 1;
+  int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
-  bool decode_only = true, any_host_sampling = false, any_device_sampling = false;
+  bool decode_only = true;
   for (const ScheduledRequest& row : plan.rows) {
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(row.block_table.size()));
     max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
     max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
     decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
-    any_host_sampling = any_host_sampling || (row.is_sampling && samples_on_host(*row.sampling));
-    any_device_sampling = any_device_sampling || (row.is_sampling && samples_on_device(*row.sampling));
+    if (!row.is_sampling) continue;
+    if (has_penalties(*row.sampling)) {
+      ++num_penalised;
+      num_history_ids += static_cast<int64_t>(row.history_token_ids.size());
+    }
+    if (row.sampling->num_logprobs.has_value()) ++num_logprob_rows;
   }
   const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
-  const StepLayout layout = bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks))
-                                       : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks);
+  const StepLayout layout =
+      bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
+                              num_history_ids)
+                 : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
+                              num_logprob_rows, num_history_ids);
   reserve(layout);
   pack(plan, layout);
   if (state_slots_) state_slots_->upload(layout.num_seqs);
@@ -256,52 +325,82 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   } else {
     forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
   }
-  // Outside the graph: a decode graph is the same whichever rows sample, and the sampler needs no
-  // host planning. Its parameters came over with the step's one host-to-device copy.
-  if (any_device_sampling) {
-    const int64_t rows = layout.num_logits_rows;
-    const TensorView params(static_cast<char*>(staging_.view().data) + layout.sample_params,
-                            {rows, static_cast<int64_t>(sizeof(sampling::RowParams))}, DType::kU8,
-                            staging_.view().device);
-    backend_.sample(sampled_ids_.view().slice_rows(0, rows), logits_.view().slice_rows(0, rows), params);
-  }
   if (num_sampling == 0) {
     // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
     backend_.synchronize();
     return result;
   }
+  sample_after_forward(plan, layout);
+  return read_back(plan, layout);
+}
 
-  // Only the sampled ids cross to the host (argmax or device-sampled), and the logits of rows the
-  // host must sample (penalties, logprobs).
-  const TensorView ids_host = sampled_ids_host_.view().slice_rows(0, num_sampling);
-  backend_.copy(ids_host, sampled_ids_.view().slice_rows(0, num_sampling));
-  const int64_t vocab = model_.config().vocab_size;
-  if (any_host_sampling) {
-    if (!logits_host_.defined() || logits_host_.size(0) < num_sampling)
-      logits_host_ = backend_.alloc_host({logits_.size(0), vocab}, logits_.dtype());
-    backend_.copy(logits_host_.view().slice_rows(0, num_sampling), logits_.view().slice_rows(0, num_sampling));
+TensorView ModelRunner::staged(size_t offset, int64_t rows, int64_t row_bytes) const {
+  return TensorView(static_cast<char*>(staging_.view().data) + offset, {rows, row_bytes}, DType::kU8,
+                    staging_.view().device);
+}
+
+void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& layout) {
+  // Outside the graph: a decode graph is the same whichever rows sample, and these ops need no host
+  // planning. Their inputs came over with the step's one host-to-device copy.
+  bool any_draw = false, any_penalised_draw = false;
+  for (const ScheduledRequest& row : plan.rows) {
+    if (!row.is_sampling || row.sampling->is_greedy()) continue;
+    (has_penalties(*row.sampling) ? any_penalised_draw : any_draw) = true;
   }
-  std::vector<float> row_f32(any_host_sampling ? static_cast<size_t>(vocab) : 0);
-  const size_t row_bytes = static_cast<size_t>(vocab) * dtype_size_bytes(logits_.dtype());
-  int64_t r = 0;
+  const int64_t rows = layout.num_logits_rows, penalised = layout.num_penalised;
+  const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab], raw
+  const TensorView ids = sampled_ids_.view().slice_rows(0, layout.num_ids());
+  if (any_draw)
+    backend_.sample(ids.slice_rows(0, rows), logits, staged(layout.sample_params, rows, sizeof(sampling::RowParams)));
+  if (penalised > 0) {
+    const TensorView penalised_logits = penalised_logits_.view().slice_rows(0, penalised);  // [P, vocab] f32
+    const TensorView history(static_cast<char*>(staging_.view().data) + layout.history, {layout.num_history_ids},
+                             DType::kI32, staging_.view().device);
+    backend_.apply_penalties(penalised_logits, logits,
+                             staged(layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
+    const TensorView penalised_ids = ids.slice_rows(rows, rows + penalised);
+    backend_.argmax(penalised_ids, penalised_logits);
+    if (any_penalised_draw)
+      backend_.sample(penalised_ids, penalised_logits,
+                      staged(layout.penalty_params, penalised, sizeof(sampling::RowParams)));
+  }
+  if (layout.num_logprob_rows > 0) {
+    const int64_t n = layout.num_logprob_rows;
+    backend_.logprobs(logprob_ids_.view().slice_rows(0, n), logprob_values_.view().slice_rows(0, n), logits, ids,
+                      staged(layout.logprob_rows, n, sizeof(sampling::LogprobRow)));
+  }
+}
+
+StepResult ModelRunner::read_back(const StepPlan& plan, const StepLayout& layout) {
+  // Only ids and (id, logprob) pairs cross to the host; the first copy waits for the step's work.
+  const int64_t num_ids = layout.num_ids();
+  const TensorView ids_host = sampled_ids_host_.view().slice_rows(0, num_ids);
+  backend_.copy(ids_host, sampled_ids_.view().slice_rows(0, num_ids));
+  const int64_t num_logprob_rows = layout.num_logprob_rows;
+  if (num_logprob_rows > 0) {
+    backend_.copy(logprob_ids_host_.view().slice_rows(0, num_logprob_rows),
+                  logprob_ids_.view().slice_rows(0, num_logprob_rows));
+    backend_.copy(logprob_values_host_.view().slice_rows(0, num_logprob_rows),
+                  logprob_values_.view().slice_rows(0, num_logprob_rows));
+  }
+  StepResult result;
+  int64_t r = 0, penalised = 0, logprob_row = 0;
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
-    if (!samples_on_host(*row.sampling)) {
-      result.sampled.push_back({row.request_id, ids_host.ptr<int32_t>()[r], std::nullopt});
-      ++r;
-      continue;
+    const SamplingParams& p = *row.sampling;
+    const int64_t id_index = has_penalties(p) ? layout.num_logits_rows + penalised++ : r;
+    SampledToken sampled{row.request_id, ids_host.ptr<int32_t>()[id_index], std::nullopt};
+    if (p.num_logprobs.has_value()) {
+      const int32_t* top_ids = logprob_ids_host_.ptr<int32_t>() + logprob_row * kLogprobColumns;
+      const float* top_values = logprob_values_host_.ptr<float>() + logprob_row * kLogprobColumns;
+      ++logprob_row;
+      SampledLogprobs logprobs;
+      logprobs.sampled_logprob = top_values[0];  // top_ids[0] is the sampled id
+      for (int32_t j = 1; j <= num_top_logprobs(p) && top_ids[j] >= 0; ++j)
+        logprobs.top.push_back({top_ids[j], top_values[j]});
+      sampled.logprobs = std::move(logprobs);
     }
-    convert_to_f32(logits_host_.ptr<char>() + static_cast<size_t>(r) * row_bytes, logits_.dtype(), row_f32.data(),
-                   row_f32.size());
-    SampleInputs inputs;
-    inputs.logits = row_f32;
-    inputs.params = row.sampling.get();
-    inputs.history = row.history_token_ids;
-    inputs.num_prompt_tokens = row.num_prompt_tokens;
-    inputs.num_output_tokens = row.num_output_tokens;
-    inputs.seed = seed_for(row);
-    SampleOutput sampled = sample_token(inputs);
-    result.sampled.push_back({row.request_id, sampled.token_id, std::move(sampled.logprobs)});
+    result.sampled.push_back(std::move(sampled));
     ++r;
   }
   return result;

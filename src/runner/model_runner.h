@@ -2,11 +2,12 @@
 // Owns the paged KV cache tensors of every attention layer; the scheduler owns which blocks are whose.
 //
 // Per step on a GPU: the inputs are packed into one page-locked host buffer and moved with one
-// host-to-device copy (StepLayout in model_runner.cpp); greedy rows are sampled on the device
-// (argmax) and rows with temperature > 0 by Backend::sample after it, so only their ids cross back;
-// decode-only steps replay a graph captured once per (batch bucket, block-table width), and the
-// sampler runs after the replay. Rows that need the full CPU sampler (penalties, logprobs) still
-// copy their logits to the host.
+// host-to-device copy (StepLayout in model_runner.cpp); every row is sampled on the device: greedy
+// rows by the argmax, rows with temperature > 0 by Backend::sample after it, rows with penalties
+// from a penalised f32 copy (Backend::apply_penalties), and logprobs by Backend::logprobs, so only
+// ids and (id, logprob) pairs cross back. Decode-only steps replay a graph captured once per (batch
+// bucket, block-table width); the sampling ops run after the replay, outside the graph.
+// runner/sampler.h's sample_token is the CPU reference those ops are tested against.
 #pragma once
 
 #include <map>
@@ -53,10 +54,16 @@ class ModelRunner {
   void reserve(const StepLayout& layout);
   StepBatch device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const;
   // What Backend::sample gets for a sampling row: its knobs and the uniform of draw
-  // num_output_tokens of its seed, or temperature 0 where the argmax or the host sampler decides.
+  // num_output_tokens of its seed, or temperature 0 for greedy rows (the argmax decides).
   sampling::RowParams device_sample_params(const ScheduledRequest& row);
   // forward + argmax of every logits row into sampled_ids_ (the part a graph records).
   void forward_and_argmax(const StepBatch& batch);
+  // After the forward (and outside any graph): draws, penalties and logprobs on the device.
+  void sample_after_forward(const StepPlan& plan, const StepLayout& layout);
+  // Copies the ids and logprobs to the host (waiting for the step) and builds the result.
+  StepResult read_back(const StepPlan& plan, const StepLayout& layout);
+  // [rows, row_bytes] u8 at `offset` of the device staging buffer.
+  TensorView staged(size_t offset, int64_t rows, int64_t row_bytes) const;
 
   Model& model_;
   Backend& backend_;
@@ -71,9 +78,11 @@ class ModelRunner {
   Tensor staging_host_;  // [bytes] u8, page-locked on a GPU
   Tensor staging_;       // [bytes] u8, on the backend's device (the host buffer itself on the CPU)
   Tensor logits_;        // [rows, vocab], activation dtype
-  Tensor sampled_ids_;   // [rows] i32, on the device
-  Tensor sampled_ids_host_;  // [rows] i32
-  Tensor logits_host_;   // [rows, vocab], for rows the CPU samples
+  Tensor sampled_ids_;   // [2 * rows] i32, on the device: R sampling rows, then P penalised rows
+  Tensor sampled_ids_host_;  // [2 * rows] i32
+  Tensor penalised_logits_;  // [penalised rows, vocab] f32, on the device
+  Tensor logprob_ids_, logprob_values_;            // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
+  Tensor logprob_ids_host_, logprob_values_host_;  // the same, on the host
   bool graphs_enabled_ = true;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<OpGraph>> graphs_;  // (batch bucket, table width)
 };

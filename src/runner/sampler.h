@@ -4,7 +4,9 @@
 //              ─▶ temperature ─▶ top-k ─▶ top-p ─▶ min-p ─▶ draw (or argmax when temperature = 0)
 //   logprobs are taken from the raw logits' log-softmax (what the model believes), as vLLM does.
 //   The filter-and-draw part is sampling::draw_token (backend/sampling_math.h), which the device
-//   sampler (Backend::sample) shares: the runner sends rows without penalties and logprobs there.
+//   sampler (Backend::sample) shares. The runner samples every row on the device (penalties by
+//   Backend::apply_penalties, logprobs by Backend::logprobs); sample_token is the CPU reference the
+//   tests hold those ops to (tests/unit/runner/test_penalty_logprob_ops.cpp).
 //
 // Randomness is counter-based: draw n of a request depends only on (seed, n = num_output_tokens),
 // so a seeded request gives the same tokens alone, in any batch, and after preemption.

@@ -60,9 +60,10 @@ TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
   }
 }
 
-// Host-sampled rows (seeded temperature sampling, greedy with logprobs) inside batches of device-
-// sampled greedy rows: each request gives what it gives alone.
-TEST(EngineCuda, HostSampledRowsMixWithDeviceGreedyRows) {
+// Rows that once went to the host sampler and now sample on the device from their own ops (seeded
+// temperature sampling, greedy with logprobs, penalties through apply_penalties' f32 copy) inside
+// batches of greedy rows: each request gives what it gives alone.
+TEST(EngineCuda, SeededLogprobAndPenaltyRowsMixWithGreedyRows) {
   SKIP_UNLESS_BACKEND("cuda");
   const fs::path model = kFixtures / "tied_gqa2_hd32_f32";
   auto llm = make_cuda_llm(model, EngineConfig{}, /*graphs=*/true);
@@ -78,18 +79,33 @@ TEST(EngineCuda, HostSampledRowsMixWithDeviceGreedyRows) {
   };
   GenerateRequest with_logprobs = greedy_request({3, 1, 4, 1, 5}, 12);
   with_logprobs.sampling.num_logprobs = 3;
+  GenerateRequest with_penalties = seeded({2, 7, 1, 8, 2, 8});
+  with_penalties.sampling.repetition_penalty = 1.3f;
+  with_penalties.sampling.presence_penalty = 0.5f;
+  with_penalties.sampling.frequency_penalty = 0.2f;
+  with_penalties.sampling.num_logprobs = 5;
+  GenerateRequest greedy_penalised = greedy_request({9, 9, 8, 7}, 14);
+  greedy_penalised.sampling.repetition_penalty = 1.5f;
   const std::vector<TokenId> prompt = {5, 6, 7, 8, 9};
   auto alone = llm->generate({seeded(prompt)});
   auto alone_logprobs = llm->generate({with_logprobs});
+  auto alone_penalties = llm->generate({with_penalties});
+  auto alone_greedy_penalised = llm->generate({greedy_penalised});
   std::vector<GenerateRequest> crowd;
   for (int i = 0; i < 8; ++i) crowd.push_back(greedy_request({static_cast<TokenId>(10 + i), 11, 12}, 16));
   crowd.insert(crowd.begin() + 3, seeded(prompt));
   crowd.insert(crowd.begin() + 6, with_logprobs);
+  crowd.insert(crowd.begin() + 1, with_penalties);       // the others move one place down
+  crowd.push_back(greedy_penalised);
   auto together = llm->generate(std::move(crowd));
-  EXPECT_EQ(alone[0].token_ids, together[3].token_ids);
-  EXPECT_EQ(alone_logprobs[0].token_ids, together[6].token_ids);
-  ASSERT_EQ(together[6].logprobs.size(), together[6].token_ids.size());
-  for (const auto& lp : together[6].logprobs) EXPECT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(alone[0].token_ids, together[4].token_ids);
+  EXPECT_EQ(alone_logprobs[0].token_ids, together[7].token_ids);
+  EXPECT_EQ(alone_penalties[0].token_ids, together[1].token_ids);
+  EXPECT_EQ(alone_greedy_penalised[0].token_ids, together.back().token_ids);
+  ASSERT_EQ(together[7].logprobs.size(), together[7].token_ids.size());
+  for (const auto& lp : together[7].logprobs) EXPECT_EQ(lp.top.size(), 3u);
+  ASSERT_EQ(together[1].logprobs.size(), together[1].token_ids.size());
+  for (const auto& lp : together[1].logprobs) EXPECT_EQ(lp.top.size(), 5u);
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
 }
 

@@ -131,6 +131,10 @@ class CudaBackend final : public Backend {
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
   void sample(TensorView ids, const TensorView& logits, const TensorView& params) override;  // sampling.cu
+  void apply_penalties(TensorView out, const TensorView& logits, const TensorView& rows,
+                       const TensorView& history) override;  // sampling.cu
+  void logprobs(TensorView out_ids, TensorView out_logprobs, const TensorView& logits, const TensorView& ids,
+                const TensorView& rows) override;  // sampling.cu
   void add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w, float eps,
                     NormWeight mode) override;
   void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -160,6 +164,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
   Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
+  // [rows * vocab] i32 (read as u32 occurrence words), grow-only; all zero between apply_penalties calls.
+  Tensor penalty_words_;
   // Scratch outgrown by a later call stays allocated: a captured graph may still point at it.
   std::vector<Tensor> retired_;
 };
@@ -465,6 +471,64 @@ void CudaBackend::sample(TensorView ids, const TensorView& logits, const TensorV
             sizeof(sampling::RowParams), params.shape.to_string());
   CUDA_CHECK(cuda::launch_sample(logits.dtype, ids.ptr<int32_t>(), rows,
                                  static_cast<const sampling::RowParams*>(params.data), stream()));
+}
+
+// A raw-bytes parameter tensor of `Row` structs on the GPU; returns the number of rows.
+template <typename Row>
+int64_t param_rows(const TensorView& rows, const char* op) {
+  CHECK_MSG(rows.device == Device::kCuda && rows.dtype == DType::kU8 && rows.is_contiguous() &&
+                rows.nbytes() % sizeof(Row) == 0 && reinterpret_cast<uintptr_t>(rows.data) % alignof(Row) == 0,
+            "[cuda] {}: rows must be [n, {}] u8 on the GPU, {}-byte aligned, got {}", op, sizeof(Row), alignof(Row),
+            rows.shape.to_string());
+  return static_cast<int64_t>(rows.nbytes() / sizeof(Row));
+}
+
+void CudaBackend::apply_penalties(TensorView out, const TensorView& logits, const TensorView& rows,
+                                  const TensorView& history) {
+  const cuda::Rows in = rows_of(logits, "apply_penalties", "logits");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] apply_penalties: logits dtype {}", dtype_name(logits.dtype));
+  const int64_t num_rows = param_rows<sampling::PenaltyRow>(rows, "apply_penalties");
+  const int64_t vocab = in.row_size;
+  CHECK_MSG(out.device == Device::kCuda && out.dtype == DType::kF32 && out.is_contiguous() && out.ndim() == 2 &&
+                out.size(0) == num_rows && out.size(1) == vocab,
+            "[cuda] apply_penalties: out must be a contiguous [{}, {}] f32 tensor on the GPU, got {} {}", num_rows,
+            vocab, out.shape.to_string(), dtype_name(out.dtype));
+  CHECK_MSG(history.device == Device::kCuda && history.dtype == DType::kI32 && history.is_contiguous(),
+            "[cuda] apply_penalties: history must be a contiguous [H] i32 tensor on the GPU");
+  if (num_rows == 0) return;
+  const int64_t words = num_rows * vocab;
+  if (!penalty_words_.defined() || penalty_words_.numel() < words) {
+    // alloc() zero-fills, which is the state every call leaves behind. The old words are freed in
+    // stream order, after the work already queued on them.
+    penalty_words_ = alloc({std::max<int64_t>(words, 4 * vocab)}, DType::kI32);
+  }
+  // Each row's history lies inside [H]; the longest row is at most H (a grid size only: the kernels
+  // loop over their row's own length, read on the device).
+  CUDA_CHECK(cuda::launch_apply_penalties(logits.dtype, out.ptr<float>(), in,
+                                          static_cast<const sampling::PenaltyRow*>(rows.data), num_rows,
+                                          history.numel() > 0 ? history.ptr<const int32_t>() : nullptr,
+                                          history.numel(), static_cast<uint32_t*>(penalty_words_.view().data),
+                                          stream()));
+}
+
+void CudaBackend::logprobs(TensorView out_ids, TensorView out_logprobs, const TensorView& logits,
+                           const TensorView& ids, const TensorView& rows) {
+  const cuda::Rows in = rows_of(logits, "logprobs", "logits");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] logprobs: logits dtype {}", dtype_name(logits.dtype));
+  const int64_t num_rows = param_rows<sampling::LogprobRow>(rows, "logprobs");
+  CHECK_MSG(out_ids.device == Device::kCuda && out_ids.dtype == DType::kI32 && out_ids.is_contiguous() &&
+                out_ids.ndim() == 2 && out_ids.size(0) == num_rows && out_ids.size(1) >= 1 &&
+                out_ids.size(1) <= 1 + sampling::kMaxTopLogprobs,
+            "[cuda] logprobs: out_ids must be a contiguous [{}, 1 + K <= {}] i32 tensor on the GPU, got {}", num_rows,
+            1 + sampling::kMaxTopLogprobs, out_ids.shape.to_string());
+  CHECK_MSG(out_logprobs.device == Device::kCuda && out_logprobs.dtype == DType::kF32 &&
+                out_logprobs.is_contiguous() && out_logprobs.shape == out_ids.shape,
+            "[cuda] logprobs: out_logprobs must be a contiguous {} f32 tensor on the GPU", out_ids.shape.to_string());
+  CHECK_MSG(ids.device == Device::kCuda && ids.dtype == DType::kI32 && ids.is_contiguous(),
+            "[cuda] logprobs: ids must be a contiguous [N] i32 tensor on the GPU");
+  CUDA_CHECK(cuda::launch_logprobs(logits.dtype, out_ids.ptr<int32_t>(), out_logprobs.ptr<float>(), out_ids.size(1),
+                                   in, ids.ptr<const int32_t>(), static_cast<const sampling::LogprobRow*>(rows.data),
+                                   num_rows, stream()));
 }
 
 void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w,
