@@ -237,9 +237,11 @@ bool Engine::drain_inbox(bool wait) {
 }
 
 void Engine::run_loop() {
-  while (drain_inbox(/*wait=*/!scheduler_->has_unfinished_requests())) {
+  while (drain_inbox(/*wait=*/!scheduler_->has_unfinished_requests() && unpublished_.empty())) {
     if (scheduler_->has_unfinished_requests()) step();
+    else publish(std::exchange(unpublished_, {}));  // the last step's outputs: no next step to hide behind
   }
+  publish(std::exchange(unpublished_, {}));
   // Shutdown: everything still live ends as aborted.
   std::vector<RequestId> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
@@ -266,7 +268,12 @@ void Engine::step() {
     it->second->was_scheduled = true;  // queue time ends at the first admission, not after preemptions
     metrics_.update([&](EngineMetrics& m) { m.queue_time.observe(seconds_between(it->second->submitted, started)); });
   }
-  StepResult result = runner_->execute(plan);
+  // The device runs this step while the host publishes the previous one's outputs (detokenize, stop
+  // strings, channels). A stop string found there finishes its request after this step was planned:
+  // the row still runs and commit() drops its token (as for an abort between schedule and commit).
+  runner_->launch(plan);
+  publish(std::exchange(unpublished_, {}));
+  StepResult result = runner_->finish(plan);
   std::vector<RequestUpdate> updates = scheduler_->commit(plan, result);
   // Step time and gauges are recorded before publishing, so whoever receives a request's last
   // output already sees the step that produced it counted.
@@ -281,7 +288,7 @@ void Engine::step() {
     }
   });
   if (!plan.empty()) metrics_.record_step_time(step_s);
-  publish(updates);
+  unpublished_ = std::move(updates);  // published during the next step, or by run_loop when none comes
 }
 
 void Engine::publish(const std::vector<RequestUpdate>& updates) {

@@ -1,8 +1,10 @@
 // Engine: the only thread-safe class. HTTP threads (or the offline API) submit requests and read
 // their OutputChannels; one engine thread owns the scheduler, the KV cache and the model:
 //
-//   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ result = runner.execute(plan)
-//          ─▶ updates = scheduler.commit(plan, result) ─▶ publish (detokenize, stop strings, channels)
+//   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ runner.launch(plan)
+//          ─▶ publish(previous step's updates) ─▶ result = runner.finish(plan)
+//          ─▶ updates = scheduler.commit(plan, result), published (detokenize, stop strings,
+//             channels) while the next step runs on the device
 #pragma once
 
 #include <atomic>
@@ -102,6 +104,7 @@ class Engine {
   int num_queued_ = 0;  // submitted and not yet finished (for the waiting-queue bound)
 
   std::unordered_map<RequestId, std::shared_ptr<Live>> live_;  // engine thread only
+  std::vector<RequestUpdate> unpublished_;  // the last step's outputs, published while the next runs
   EngineMetricsRecorder metrics_;
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -277,11 +277,11 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
   return it->second;
 }
 
-StepResult ModelRunner::execute(const StepPlan& plan) {
+void ModelRunner::launch(const StepPlan& plan) {
+  CHECK_MSG(launched_ == nullptr, "[runner] launch() of a step before finish() of the previous one");
   for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
   if (state_slots_) state_slots_->bind(plan);
-  StepResult result;
-  if (plan.empty()) return result;
+  if (plan.empty()) return;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
   int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0;
@@ -325,13 +325,20 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   } else {
     forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
   }
-  if (num_sampling == 0) {
+  if (num_sampling > 0) sample_after_forward(plan, layout);
+  launched_ = std::make_unique<StepLayout>(layout);
+}
+
+StepResult ModelRunner::finish(const StepPlan& plan) {
+  if (plan.empty()) return StepResult{};
+  CHECK_MSG(launched_ != nullptr, "[runner] finish() without launch()");
+  const std::unique_ptr<StepLayout> layout = std::move(launched_);
+  if (plan.num_sampling_rows() == 0) {
     // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
     backend_.synchronize();
-    return result;
+    return StepResult{};
   }
-  sample_after_forward(plan, layout);
-  return read_back(plan, layout);
+  return read_back(plan, *layout);
 }
 
 TensorView ModelRunner::staged(size_t offset, int64_t rows, int64_t row_bytes) const {

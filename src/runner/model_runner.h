@@ -30,7 +30,16 @@ class ModelRunner {
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1);
   ~ModelRunner();
 
-  StepResult execute(const StepPlan& plan);
+  // One step: launch() packs the inputs, makes the one host-to-device copy and queues the forward and
+  // the sampling ops (the CPU backend runs them right here); finish() waits for the device and
+  // returns the sampled tokens. Between the two the caller's host work overlaps the device's (the
+  // engine publishes the previous step's outputs there). execute() is launch() then finish().
+  void launch(const StepPlan& plan);
+  StepResult finish(const StepPlan& plan);
+  StepResult execute(const StepPlan& plan) {
+    launch(plan);
+    return finish(plan);
+  }
 
   // The seed a request samples with: its own, or one drawn when it first appears, kept until the
   // plan says it finished (a preempted request keeps its seed, so it resamples the same tokens).
@@ -48,6 +57,7 @@ class ModelRunner {
 
  private:
   struct StepLayout;
+  std::unique_ptr<StepLayout> launched_;  // the layout of the step between launch() and finish()
   // Packs the plan into the host staging buffer with `layout` (rows past the plan are padding).
   void pack(const StepPlan& plan, const StepLayout& layout);
   // Grows the staging, logits and id buffers to fit `layout` (dropping graphs that point at them).
