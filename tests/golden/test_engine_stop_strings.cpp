@@ -1,0 +1,101 @@
+// Stop strings through the engine, many requests at once. The engine publishes a step's outputs
+// while the next step already runs (engine.h), so a stop string is found after its request was
+// planned once more: the extra token must never reach the output, the text must end right before
+// the stop string, and every block must come back.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "golden_util.h"
+
+namespace pagellm {
+namespace {
+
+// The qwen3 fixture's checkpoint with the Qwen3 tokenizer beside it (its ids all decode), in a
+// temporary folder; empty when the tokenizer assets are missing (scripts/setup.sh fetches them).
+fs::path model_with_tokenizer() {
+  const char* source_dir = std::getenv("PAGELLM_SOURCE_DIR");
+  const fs::path tokenizer = fs::path(source_dir != nullptr && *source_dir != '\0' ? source_dir : PAGELLM_SOURCE_DIR) /
+                             "assets/tokenizers/qwen3/tokenizer.json";
+  if (!fs::exists(tokenizer)) return {};
+  const fs::path fixture = golden_fixture_root("qwen3") / "tied_gqa2_hd32_f32";
+  const fs::path dir = fs::temp_directory_path() / ("pagellm_stop_strings_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(fixture / name, dir / name, fs::copy_options::overwrite_existing);
+  fs::copy_file(tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+TEST(EngineStopStrings, TextEndsBeforeTheStopStringAndNothingLeaks) {
+  const fs::path dir = model_with_tokenizer();
+  if (dir.empty()) GTEST_SKIP() << "assets/tokenizers/qwen3 missing (scripts/setup.sh)";
+  auto llm = make_test_llm(dir, EngineConfig{});
+  ASSERT_TRUE(llm);
+
+  // Free runs: 12 prompts, 48 greedy tokens each.
+  constexpr int kRequests = 12, kTokens = 48;
+  std::vector<GenerateRequest> free_runs;
+  for (int i = 0; i < kRequests; ++i) {
+    GenerateRequest r = greedy_request({static_cast<TokenId>(10 + i), static_cast<TokenId>(20 + 3 * i), 7}, kTokens);
+    r.sampling.ignore_eos = true;
+    free_runs.push_back(r);
+  }
+  const std::vector<CompletedRequest> full = llm->generate(free_runs);
+
+  // The same requests with a stop string taken from the middle of each free run's text: two
+  // characters that first occur at or after character 10.
+  std::vector<GenerateRequest> stopped_runs = free_runs;
+  std::vector<std::string> stops(kRequests), want(kRequests);
+  int with_stop = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string& text = full[static_cast<size_t>(i)].text;
+    for (size_t at = 10; at + 2 <= text.size(); ++at) {
+      const std::string candidate = text.substr(at, 2);
+      if (static_cast<unsigned char>(candidate[0]) >= 0x80 || static_cast<unsigned char>(candidate[1]) >= 0x80) continue;
+      if (text.find(candidate) != at) continue;
+      stops[static_cast<size_t>(i)] = candidate;
+      want[static_cast<size_t>(i)] = text.substr(0, at);
+      stopped_runs[static_cast<size_t>(i)].stop_strings = {candidate};
+      ++with_stop;
+      break;
+    }
+  }
+  ASSERT_GE(with_stop, kRequests / 2) << "the free runs' texts gave too few usable stop strings";
+  // Requests without a usable stop string run as before (max_tokens 1 keeps them out of the way).
+  for (int i = 0; i < kRequests; ++i)
+    if (stops[static_cast<size_t>(i)].empty()) stopped_runs[static_cast<size_t>(i)].sampling.max_tokens = 1;
+  const uint64_t steps_before = llm->engine().metrics().steps;
+  const std::vector<CompletedRequest> stopped = llm->generate(stopped_runs);
+  const uint64_t steps = llm->engine().metrics().steps - steps_before;
+  size_t longest = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE("request " + std::to_string(i) + " stop '" + stops[static_cast<size_t>(i)] + "'");
+    const CompletedRequest& got = stopped[static_cast<size_t>(i)];
+    ASSERT_TRUE(got.error.is_ok()) << got.error.message();
+    if (stops[static_cast<size_t>(i)].empty()) continue;
+    longest = std::max(longest, got.token_ids.size());
+    EXPECT_EQ(got.finish_reason, FinishReason::kStop);
+    EXPECT_EQ(got.text, want[static_cast<size_t>(i)]);
+    // The tokens are the free run's, up to the one that completed the stop string.
+    ASSERT_LE(got.token_ids.size(), full[static_cast<size_t>(i)].token_ids.size());
+    EXPECT_TRUE(std::equal(got.token_ids.begin(), got.token_ids.end(), full[static_cast<size_t>(i)].token_ids.begin()));
+  }
+  // A stopped request stops computing: one prefill step, a step per token, and at most one more
+  // (the step already planned when its stop string was found).
+  EXPECT_LE(steps, longest + 2) << "stopped requests kept running";
+  for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
+
+}  // namespace
+}  // namespace pagellm
