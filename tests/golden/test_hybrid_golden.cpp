@@ -3,14 +3,20 @@
 // path and the paged engine must give the oracle's 16 greedy tokens, and next-token logits within 1e-4
 // relative. Then the engine's own invariants: prefill in one piece == prefill in chunks of 1, 7 and 64
 // tokens; a preempted and recomputed request ends with the same tokens; every state slot is free again.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/state_cache.h"
+#include "io/safetensors.h"
 #include "golden_util.h"
 #include "model/model.h"
 
@@ -145,6 +151,51 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids.size(), static_cast<size_t>(kOutputTokens));
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids, roomy[static_cast<size_t>(i)].token_ids) << "request " << i;
   }
+}
+
+// A released Qwen3.5 checkpoint is the vision-language layout: config.json of model_type "qwen3_5"
+// with the text model's fields under text_config, the text weights under model.language_model.*,
+// beside model.visual.* and mtp.* weights that a text engine ignores. The qwen3_5_text fixture
+// rewritten that way must load and give the same 16 greedy tokens.
+TEST(HybridGoldenLayout, VisionLanguageCheckpointServesItsTextModel) {
+  const fs::path text_dir = kFixtures / "qwen3_5_text_tiny_f32";
+  const fs::path dir = fs::temp_directory_path() / ("pagellm_qwen3_5_vlm_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+
+  nlohmann::json text_config = nlohmann::json::parse(std::ifstream(text_dir / "config.json"));
+  nlohmann::json config = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                           {"model_type", "qwen3_5"},
+                           {"tie_word_embeddings", text_config["tie_word_embeddings"]},
+                           {"text_config", text_config},
+                           {"vision_config", {{"depth", 2}, {"hidden_size", 16}, {"model_type", "qwen3_5"}}}};
+  config["text_config"].erase("architectures");
+  std::ofstream(dir / "config.json") << config.dump(2);
+
+  auto checkpoint = Checkpoint::open_dir(text_dir.string());
+  ASSERT_TRUE(checkpoint.has_value()) << checkpoint.status().message();
+  SafetensorsWriter writer;
+  for (const std::string& name : checkpoint->names()) {
+    const TensorInfo* t = checkpoint->find(name);
+    const auto* bytes = static_cast<const uint8_t*>(t->data);
+    const std::string renamed = name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name;
+    writer.add(renamed, t->dtype, t->shape, std::vector<uint8_t>(bytes, bytes + t->nbytes));
+  }
+  for (const char* extra : {"model.visual.patch_embed.proj.weight", "model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"})
+    writer.add(extra, DType::kF32, {4, 4}, std::vector<uint8_t>(64, 0));
+  ASSERT_TRUE(writer.write((dir / "model.safetensors").string()).is_ok());
+
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.has_value());
+  auto model = load_model(dir.string(), **backend);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+  for (const GoldenCase& c : read_golden_cases(text_dir)) {
+    SCOPED_TRACE("prompt of " + std::to_string(c.prompt.size()) + " tokens");
+    auto got = generate_sequence(**model, **backend, c.prompt, greedy_options(static_cast<int>(c.greedy.size())));
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    EXPECT_EQ(c.checked(got->token_ids), c.checked(c.greedy));
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGolden, ::testing::ValuesIn(golden_fixture_names(kFixtures)),
