@@ -52,8 +52,9 @@ TEST_P(Qwen3Golden, MatchesTransformers) {
       // tolerance of a tie (bf16 logits tie often); a parting at a confident step is a bug.
       size_t agreed = 0;
       while (agreed < want.size() && got->token_ids[agreed] == want[agreed]) ++agreed;
-      if (agreed < want.size())
+      if (agreed < want.size()) {
         EXPECT_LE(margins[agreed], 2 * tolerance) << "parted from the oracle at step " << agreed;
+      }
       std::fprintf(stderr, "  bf16: %zu of %zu greedy tokens agree\n", agreed, want.size());
     }
     std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", fixture.c_str(),
