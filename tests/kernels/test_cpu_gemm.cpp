@@ -184,6 +184,34 @@ TEST(CpuGemm, HalfPrecisionXWithF32Out) {
   }
 }
 
+// bf16 weights (what the CPU backend keeps for bf16 checkpoints) widen exactly inside the kernel:
+// the same bits as the f32 copy of the same weights, for decode-sized and prefill-sized M, K with
+// and without a tail of 8, and bf16 activations in and out.
+TEST(CpuGemm, Bf16WeightsGiveTheBitsOfTheirF32Copy) {
+  CpuBackend backend;
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  for (const Shape3 s : {Shape3{1, 37, 45}, Shape3{1, 300, 1024}, Shape3{3, 70, 64}, Shape3{7, 129, 200},
+                         Shape3{600, 40, 520}}) {
+    for (const DType x_dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k << " x " << dtype_name(x_dtype));
+      const std::vector<float> xv = random_floats(static_cast<size_t>(s.m * s.k), 21);
+      const std::vector<float> wv = random_floats(static_cast<size_t>(s.n * s.k), 22);
+      Tensor x = Tensor::cpu({s.m, s.k}, x_dtype);
+      convert_from_f32(xv.data(), x.ptr<void>(), x_dtype, xv.size());
+      Tensor w_bf16 = Tensor::cpu({s.n, s.k}, DType::kBF16);
+      convert_from_f32(wv.data(), w_bf16.ptr<void>(), DType::kBF16, wv.size());
+      Tensor w_f32 = Tensor::cpu({s.n, s.k}, DType::kF32);
+      convert_to_f32(w_bf16.ptr<void>(), DType::kBF16, w_f32.ptr<float>(), wv.size());
+      Tensor out_bf16w = Tensor::cpu({s.m, s.n}, x_dtype), out_f32w = Tensor::cpu({s.m, s.n}, x_dtype);
+      backend.matmul(out_bf16w, x, w_bf16);
+      backend.matmul(out_f32w, x, w_f32);
+      EXPECT_EQ(std::memcmp(out_bf16w.ptr<void>(), out_f32w.ptr<void>(), out_f32w.nbytes()), 0);
+    }
+  }
+}
+
 TEST(CpuGemm, F32XWithBf16OutRoundsOnce) {
   MatmulCase c;
   CpuBackend backend;

@@ -11,7 +11,9 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
-  DType weight_dtype(DType) const override { return DType::kF32; }
+  // bf16 checkpoints keep bf16 weights (the GEMM widens them exactly as it reads, so results are
+  // the same bits as with f32 copies, from half the bytes); others widen to f32.
+  DType weight_dtype(DType activation) const override { return activation == DType::kBF16 ? DType::kBF16 : DType::kF32; }
   int64_t free_memory_bytes() const override;  // MemAvailable of /proc/meminfo
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
