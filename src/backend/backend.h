@@ -75,7 +75,7 @@ class Backend {
   virtual std::string name() const = 0;
 
   // The dtype weights are stored in for a checkpoint whose activations are `activation_dtype`
-  // (the CPU widens to f32; GPUs keep the checkpoint's dtype).
+  // (GPUs keep the activation dtype; the CPU keeps bf16 and widens f16 to f32).
   virtual DType weight_dtype(DType activation_dtype) const = 0;
   // Bytes the KV cache may still take on this device (host RAM available on the CPU, free device
   // memory on a GPU); -1 when unknown.
