@@ -212,6 +212,27 @@ TEST(CpuGemm, Bf16WeightsGiveTheBitsOfTheirF32Copy) {
   }
 }
 
+// Both kernels (portable, AVX2 where the CPU has it) over bf16 weights: the bits of the f32 copy.
+TEST(CpuGemm, Bf16WeightKernelsAgreeWithTheF32Kernels) {
+  const int64_t m = 5, n = 37, k = 45;
+  const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 31);
+  const std::vector<float> wv = random_floats(static_cast<size_t>(n * k), 32);
+  std::vector<uint16_t> w_bf16(wv.size());
+  std::vector<float> w_f32(wv.size());
+  for (size_t i = 0; i < wv.size(); ++i) {
+    w_bf16[i] = f32_to_bf16_bits(wv[i]);
+    w_f32[i] = bf16_bits_to_f32(w_bf16[i]);
+  }
+  std::vector<cpu::GemmIsa> isas = {cpu::GemmIsa::kPortable};
+  if (cpu::gemm_isa() == cpu::GemmIsa::kAvx2) isas.push_back(cpu::GemmIsa::kAvx2);
+  for (const cpu::GemmIsa isa : isas) {
+    std::vector<float> from_bf16(static_cast<size_t>(m * n)), from_f32(static_cast<size_t>(m * n));
+    cpu::gemm_bf16w_isa(isa, m, n, k, x.data(), k, w_bf16.data(), k, from_bf16.data(), n);
+    cpu::gemm_f32_isa(isa, m, n, k, x.data(), k, w_f32.data(), k, from_f32.data(), n);
+    EXPECT_TRUE(same_bits(from_bf16.data(), n, from_f32.data(), n, m, n)) << (isa == cpu::GemmIsa::kAvx2 ? "avx2" : "portable");
+  }
+}
+
 TEST(CpuGemm, F32XWithBf16OutRoundsOnce) {
   MatmulCase c;
   CpuBackend backend;

@@ -253,6 +253,12 @@ void gemm_f32_isa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* x, 
   gemm_any(isa, Gemm<float>{m, n, k, x, ldx, w, ldw}, pool, out, ldo, &no_finish);
 }
 
+void gemm_bf16w_isa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                    int64_t ldw, float* out, int64_t ldo, ThreadPool* pool) {
+  CHECK(out != nullptr || m <= 0 || n <= 0);
+  gemm_any(isa, Gemm<uint16_t>{m, n, k, x, ldx, w, ldw}, pool, out, ldo, &no_finish);
+}
+
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
               float* out, int64_t ldo, ThreadPool* pool) {
   gemm_f32_isa(gemm_isa(), m, n, k, x, ldx, w, ldw, out, ldo, pool);

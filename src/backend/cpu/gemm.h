@@ -31,8 +31,13 @@ void gemm_f32(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, cons
 void gemm_f32_isa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
                   int64_t ldw, float* out, int64_t ldo, ThreadPool* pool = nullptr);
 
+// The same with bf16 weights (raw bf16 bits), widened exactly as they are read: bitwise the result of
+// gemm_f32_isa on their f32 copy.
+void gemm_bf16w_isa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                    int64_t ldw, float* out, int64_t ldo, ThreadPool* pool = nullptr);
+
 // The Backend::matmul contract: x [M, K] and out [M, N] of any float dtype with a row stride
-// (unit column stride), w [N, K] contiguous f32; computes in f32 and rounds once to out's dtype.
+// (unit column stride), w [N, K] contiguous f32 or bf16; computes in f32 and rounds once to out's dtype.
 void matmul(TensorView out, const TensorView& x, const TensorView& w, ThreadPool* pool = nullptr);
 
 }  // namespace pagellm::cpu
