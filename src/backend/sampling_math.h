@@ -1,5 +1,6 @@
 // Sampling math: the one definition of which tokens top-k / top-p / min-p keep and which of them a
-// uniform draw picks (and, below, of the penalties and logprobs the device computes). Three callers share it, so host and device cannot drift apart:
+// uniform draw picks (and, below, of the penalties and logprobs the device computes). Three callers
+// share it, so host and device cannot drift apart:
 //   runner/sampler.cpp (sample_token, after its penalties), the CPU twin of Backend::sample
 //   (sample_rows_on_host, sampling_math.cpp) and the CUDA kernel (backend/cuda/sampling.cu).
 //
