@@ -16,12 +16,12 @@
 
 namespace pagellm {
 
-fs::path golden_fixture_root(const std::string& family) {
-  // The environment may name the source folder when the binary runs elsewhere than it was built
-  // (scripts/gpu-check.sh with GPU_CHECK_PREBUILT).
+fs::path source_root() {
   const char* source_dir = std::getenv("PAGELLM_SOURCE_DIR");
-  return fs::path(source_dir != nullptr && *source_dir != '\0' ? source_dir : PAGELLM_SOURCE_DIR) / "tests/golden" / family;
+  return fs::path(source_dir != nullptr && *source_dir != '\0' ? source_dir : PAGELLM_SOURCE_DIR);
 }
+
+fs::path golden_fixture_root(const std::string& family) { return source_root() / "tests/golden" / family; }
 
 bool GoldenCase::oracle_consistent() const {
   std::vector<float> sorted = logits;

@@ -19,6 +19,9 @@ namespace pagellm {
 
 namespace fs = std::filesystem;
 
+// The source tree: $PAGELLM_SOURCE_DIR when set (binaries run elsewhere than they were built, as
+// scripts/gpu-check.sh does with GPU_CHECK_PREBUILT), else the folder compiled in.
+fs::path source_root();
 // tests/golden/<family> in the source tree ("qwen3", "hybrid").
 fs::path golden_fixture_root(const std::string& family);
 

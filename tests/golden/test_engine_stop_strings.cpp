@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -20,9 +19,7 @@ namespace {
 // The qwen3 fixture's checkpoint with the Qwen3 tokenizer beside it (its ids all decode), in a
 // temporary folder; empty when the tokenizer assets are missing (scripts/setup.sh fetches them).
 fs::path model_with_tokenizer() {
-  const char* source_dir = std::getenv("PAGELLM_SOURCE_DIR");
-  const fs::path tokenizer = fs::path(source_dir != nullptr && *source_dir != '\0' ? source_dir : PAGELLM_SOURCE_DIR) /
-                             "assets/tokenizers/qwen3/tokenizer.json";
+  const fs::path tokenizer = source_root() / "assets/tokenizers/qwen3/tokenizer.json";
   if (!fs::exists(tokenizer)) return {};
   const fs::path fixture = golden_fixture_root("qwen3") / "tied_gqa2_hd32_f32";
   const fs::path dir = fs::temp_directory_path() / ("pagellm_stop_strings_" + std::to_string(::getpid()));

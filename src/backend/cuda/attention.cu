@@ -40,16 +40,6 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// The most dynamic shared memory one block may opt into on the current device.
-int64_t smem_optin_limit() {
-  static const int64_t limit = [] {
-    int device = 0, bytes = 48 * 1024;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    return static_cast<int64_t>(bytes);
-  }();
-  return limit;
-}
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // keys per warp step: one per lane
 constexpr int64_t kKeysPerWarp = kAttentionPartition / kWarps;
@@ -151,10 +141,9 @@ __device__ RowPlace place_row(const AttentionArgs& a, int64_t row) {
   const int64_t q_len = a.cu_seqlens_q[lo + 1] - row_first;
   place.q_len = q_len;
   const int64_t context_len = a.seq_lens_k[lo];
-  const int64_t pos = context_len - q_len + (row - row_first);
-  place.key_end = a.causal ? min(context_len, pos + 1) : context_len;
-  place.key_begin = a.window > 0 ? max(int64_t{0}, pos - a.window + 1) : 0;
-  if (place.key_end < place.key_begin) place.key_end = place.key_begin;
+  const KeyRange keys = visible_keys(a, context_len, context_len - q_len + (row - row_first));
+  place.key_begin = keys.begin;
+  place.key_end = keys.end;
   return place;
 }
 
@@ -389,8 +378,9 @@ struct DecodeKeys {
 __device__ __forceinline__ DecodeKeys decode_keys(const AttentionArgs& a, int64_t seq, int64_t max_chunks) {
   DecodeKeys k;
   const int64_t context = a.seq_lens_k[seq];
-  k.key_end = context;  // causal or not: pos + 1 == context
-  k.key_begin = a.window > 0 ? max(int64_t{0}, context - a.window) : 0;
+  const KeyRange visible = visible_keys(a, context, context - 1);  // the query sits at context - 1
+  k.key_end = visible.end;
+  k.key_begin = visible.begin;
   if (k.key_end > max_chunks * kChunk) k.key_end = max_chunks * kChunk;  // past the plan's max_keys
   if (k.key_end < k.key_begin) k.key_end = k.key_begin;
   k.chunk_begin = k.key_begin / kChunk;

@@ -63,6 +63,30 @@ cudaError_t dispatch_float(DType dtype, Fn&& fn) {
   }
 }
 
+// The most dynamic shared memory one block may opt into on the current device (227 KiB on H100/H200).
+inline int64_t smem_optin_limit() {
+  static const int64_t limit = [] {
+    int device = 0, bytes = 48 * 1024;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return static_cast<int64_t>(bytes);
+  }();
+  return limit;
+}
+
+// The keys a query row at absolute position `pos` sees in a sequence of `context_len` keys: the
+// visibility rule of backend/cpu/attention.h (causal, sliding window), shared by the attention kernels.
+struct KeyRange {
+  int64_t begin, end;  // [begin, end), end >= begin
+};
+__host__ __device__ inline KeyRange visible_keys(const AttentionArgs& a, int64_t context_len, int64_t pos) {
+  KeyRange r;
+  r.end = a.causal ? (context_len < pos + 1 ? context_len : pos + 1) : context_len;
+  r.begin = a.window > 0 ? (pos - a.window + 1 > 0 ? pos - a.window + 1 : 0) : 0;
+  if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
 inline unsigned blocks_for(int64_t work, int64_t per_block) {
   const int64_t blocks = (work + per_block - 1) / per_block;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);

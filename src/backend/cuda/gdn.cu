@@ -536,16 +536,6 @@ cudaError_t launch_recurrent(const GdnDeltaArgs& args, int64_t chunked_from, cud
   return cudaGetLastError();
 }
 
-// Bytes of dynamic shared memory a block may opt in to on this device (227 KiB on H100/H200).
-int64_t smem_optin_limit() {
-  static const int64_t limit = [] {
-    int device = 0, bytes = 48 * 1024;
-    if (cudaGetDevice(&device) == cudaSuccess)
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    return static_cast<int64_t>(bytes);
-  }();
-  return limit;
-}
 
 int64_t chunked_smem_bytes(int64_t dk) { return chunked_smem_floats(dk) * static_cast<int64_t>(sizeof(float)); }
 

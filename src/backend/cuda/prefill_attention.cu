@@ -60,18 +60,6 @@ struct TileSmem {
   static_assert(3 * kTileKeys * 2 <= kLds * 4, "P hi | mid | lo must fit in a score row");
 };
 
-// The visible keys [begin, end) of the row at absolute position pos (place_row's rule).
-struct KeyRange {
-  int64_t begin, end;
-};
-__device__ __forceinline__ KeyRange visible_keys(const AttentionArgs& a, int64_t context_len, int64_t pos) {
-  KeyRange r;
-  r.end = a.causal ? min(context_len, pos + 1) : context_len;
-  r.begin = a.window > 0 ? max(int64_t{0}, pos - a.window + 1) : 0;
-  if (r.end < r.begin) r.end = r.begin;
-  return r;
-}
-
 // Inclusive block-wide prefix sum of one int per thread (kTileThreads threads); `total` gets the sum.
 __device__ int block_inclusive_scan(int value, int* warp_totals, int& total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -79,23 +79,15 @@ __device__ float block_max(float v, Shared& s) {
   return result;
 }
 
-__device__ u64 block_sum(u64 v, Shared& s) {
+// Block-wide sum through one slot per warp (`warp_slots`, kWarps of them). A fixed-order tree: for
+// doubles too, the same sum in every run.
+template <typename V>
+__device__ V block_sum(V v, V* warp_slots) {
   for (int k = 16; k > 0; k >>= 1) v += __shfl_xor_sync(kFullMask, v, k);
-  if (lane_id() == 0) s.warp_u64[warp_id()] = v;
+  if (lane_id() == 0) warp_slots[warp_id()] = v;
   __syncthreads();
-  u64 result = 0;
-  for (int w = 0; w < kWarps; ++w) result += s.warp_u64[w];
-  __syncthreads();
-  return result;
-}
-
-// Fixed-order tree: the same sum in every run.
-__device__ double block_sum_f64(double v, Shared& s) {
-  for (int k = 16; k > 0; k >>= 1) v += __shfl_xor_sync(kFullMask, v, k);
-  if (lane_id() == 0) s.warp_f64[warp_id()] = v;
-  __syncthreads();
-  double result = 0.0;
-  for (int w = 0; w < kWarps; ++w) result += s.warp_f64[w];
+  V result = 0;
+  for (int w = 0; w < kWarps; ++w) result += warp_slots[w];
   __syncthreads();
   return result;
 }
@@ -267,7 +259,7 @@ __device__ Cut top_p_cut(const T* x, int64_t vocab, float max_logit, const sampl
     if (within.contains(sampling::order_key(value), id))
       local += sampling::fixed_weight(sampling::weight(value, max_logit, p.temperature));
   }
-  const u64 target = sampling::top_p_target(block_sum(local, s), p.top_p);
+  const u64 target = sampling::top_p_target(block_sum(local, s.warp_u64), p.top_p);
   auto key_of = [&](int64_t id) { return sampling::order_key(to_f32(x[id])); };
   auto mass_of = [&](int64_t id) {
     return sampling::fixed_weight(sampling::weight(to_f32(x[id]), max_logit, p.temperature));
@@ -315,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* ids, Rows log
     local_total += kept_mass(id, &kept);
     if (kept) local_last = id;
   }
-  const u64 total = block_sum(local_total, s);
+  const u64 total = block_sum(local_total, s.warp_u64);
   const long long last_kept = block_max_i64(local_last, s);
   const u64 target = sampling::draw_target(total, p.uniform);
   const int64_t drawn = first_exceeding(vocab, target, [&](int64_t id) {
@@ -412,7 +404,7 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(int32_t* out_ids, fl
   double local_sum = 0.0;
   for (int64_t id = threadIdx.x; id < vocab; id += kThreads)
     local_sum += exp(static_cast<double>(to_f32(x[id])) - static_cast<double>(max_logit));
-  const double log_sum = log(block_sum_f64(local_sum, s)) + static_cast<double>(max_logit);
+  const double log_sum = log(block_sum(local_sum, s.warp_f64)) + static_cast<double>(max_logit);
   auto logprob = [&](int64_t id) { return sampling::logprob_of(to_f32(x[id]), log_sum); };
   auto key_of = [&](int64_t id) { return sampling::order_key(logprob(id)); };
 
