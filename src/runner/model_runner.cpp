@@ -278,7 +278,7 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
 }
 
 void ModelRunner::launch(const StepPlan& plan) {
-  CHECK_MSG(launched_ == nullptr, "[runner] launch() of a step before finish() of the previous one");
+  CHECK_MSG(!launched_, "[runner] launch() of a step before finish() of the previous one");
   for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
   if (state_slots_) state_slots_->bind(plan);
   if (plan.empty()) return;
@@ -326,19 +326,22 @@ void ModelRunner::launch(const StepPlan& plan) {
     forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
   }
   if (num_sampling > 0) sample_after_forward(plan, layout);
-  launched_ = std::make_unique<StepLayout>(layout);
+  if (launched_layout_) *launched_layout_ = layout;
+  else launched_layout_ = std::make_unique<StepLayout>(layout);
+  launched_ = true;
 }
 
 StepResult ModelRunner::finish(const StepPlan& plan) {
   if (plan.empty()) return StepResult{};
-  CHECK_MSG(launched_ != nullptr, "[runner] finish() without launch()");
-  const std::unique_ptr<StepLayout> layout = std::move(launched_);
+  CHECK_MSG(launched_, "[runner] finish() without launch()");
+  launched_ = false;
+  const StepLayout& layout = *launched_layout_;
   if (plan.num_sampling_rows() == 0) {
     // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
     backend_.synchronize();
     return StepResult{};
   }
-  return read_back(plan, *layout);
+  return read_back(plan, layout);
 }
 
 TensorView ModelRunner::staged(size_t offset, int64_t rows, int64_t row_bytes) const {

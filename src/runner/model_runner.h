@@ -57,7 +57,9 @@ class ModelRunner {
 
  private:
   struct StepLayout;
-  std::unique_ptr<StepLayout> launched_;  // the layout of the step between launch() and finish()
+  // The layout of the step between launch() and finish() (allocated once, reused every step).
+  std::unique_ptr<StepLayout> launched_layout_;
+  bool launched_ = false;
   // Packs the plan into the host staging buffer with `layout` (rows past the plan are padding).
   void pack(const StepPlan& plan, const StepLayout& layout);
   // Grows the staging, logits and id buffers to fit `layout` (dropping graphs that point at them).
