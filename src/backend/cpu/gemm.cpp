@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "backend/cpu/rows.h"
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 
 namespace pagellm::cpu {
@@ -28,12 +28,7 @@ struct Gemm {
 };
 
 inline float widen(float w) { return w; }
-inline float widen(uint16_t bf16_bits) {
-  const uint32_t bits = static_cast<uint32_t>(bf16_bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+inline float widen(uint16_t bf16_bits) { return bf16_bits_to_f32(bf16_bits); }
 
 // ----- The portable kernel: the definition of the result, one output element at a time.
 
