@@ -90,6 +90,18 @@ class Backend {
   // host-to-device copy() from it returns before the copy is done: keep it unchanged until the next
   // synchronize()). Plain host memory on the CPU.
   virtual Tensor alloc_host(Shape shape, DType dtype) { return Tensor::cpu(shape, dtype); }
+  // ---- Pipelined steps: the host prepares step N+1 while the device still runs step N.
+  // A device-to-host copy into alloc_host() memory that does not wait: read dst only after
+  // wait_for(m) of a mark m made after it. (The default is copy(), which waits.)
+  virtual void copy_to_host_async(TensorView dst, const TensorView& src) { copy(dst, src); }
+  // A point in the queued work: wait_for(mark()) returns once everything queued before the mark has
+  // run. Marks are numbered in order; waiting for an old one may wait for a later one (never less).
+  virtual uint64_t mark() { return 0; }
+  virtual void wait_for(uint64_t mark) { (void)mark; }
+  // dst[pairs[i][0]] = src[pairs[i][1]] for i < N: dst [D], src [S] i32 vectors, pairs [N, 2] i32, all
+  // on the op's device; indices outside dst or src are a broken invariant (CHECK on the CPU, trap on
+  // a GPU). The runner moves the ids a still-running step samples into the next step's inputs this way.
+  virtual void copy_ids(TensorView dst, const TensorView& src, const TensorView& pairs);
   // Records the ops `record` queues into a graph instead of running them (host-side planning
   // happens during recording, DESIGN.md rule 6); nullptr where the backend has no graphs (CPU).
   // `record` must not allocate, copy to the host or synchronize.

@@ -11,5 +11,7 @@ using BlockHash = uint64_t; // xxHash64 chain value of a full block (see block_h
 using RequestId = int64_t;  // assigned by the engine; unique among live requests
 
 inline constexpr BlockId kNoBlock = -1;
+// A token sampled by a step still running (async scheduling): its value reaches the host later.
+inline constexpr TokenId kPlaceholderToken = -1;
 
 }  // namespace pagellm

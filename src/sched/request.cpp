@@ -98,6 +98,7 @@ std::optional<FinishReason> Request::stop_reason() const {
 void Request::admit(int num_prefix_cached_tokens) {
   CHECK_MSG(status_ == RequestStatus::kWaiting || status_ == RequestStatus::kPreempted,
             "admit request {} in state {}", id_, request_status_name(status_));
+  CHECK_MSG(num_output_placeholders_ == 0, "admit request {} while a step samples for it", id_);
   CHECK(num_prefix_cached_tokens >= 0 && num_prefix_cached_tokens < num_tokens());
   status_ = RequestStatus::kRunning;
   num_tokens_computed_ = num_prefix_cached_tokens;
@@ -112,19 +113,23 @@ void Request::preempt() {
   ++num_preemptions_;
 }
 
-void Request::add_computed_tokens(int num_tokens) {
+void Request::schedule_tokens(int num_tokens, bool is_sampling) {
   CHECK(status_ == RequestStatus::kRunning);
-  CHECK_MSG(num_tokens >= 0 && num_tokens_computed_ + num_tokens <= this->num_tokens(),
+  CHECK_MSG(num_tokens > 0 && num_tokens_computed_ + num_tokens <= num_planned_tokens(),
             "request {}: {} computed + {} new > {} tokens", id_, num_tokens_computed_, num_tokens,
-            this->num_tokens());
+            num_planned_tokens());
   num_tokens_computed_ += num_tokens;
+  if (is_sampling) {
+    CHECK_MSG(num_tokens_computed_ == num_planned_tokens(), "request {} samples with {} of {} tokens computed", id_,
+              num_tokens_computed_, num_planned_tokens());
+    ++num_output_placeholders_;
+  }
 }
 
 void Request::append_output(TokenId token_id) {
-  CHECK(status_ == RequestStatus::kRunning);
-  CHECK_MSG(num_tokens_computed_ == num_tokens(),
-            "request {} samples with {} of {} tokens computed", id_, num_tokens_computed_,
-            num_tokens());
+  CHECK(status_ == RequestStatus::kRunning || status_ == RequestStatus::kPreempted);
+  CHECK_MSG(num_output_placeholders_ > 0, "request {} gets a token no step sampled", id_);
+  --num_output_placeholders_;
   token_ids_.push_back(token_id);
 }
 

@@ -15,6 +15,15 @@
 //
 // A running request always misses at least one token: the last sampled one has no KV yet.
 // After preemption all tokens are missing again and outputs are recomputed like prompt tokens.
+//
+// Steps in flight (async scheduling: step N+1 is planned before step N's tokens are known): a
+// scheduled step counts its tokens as computed at once (their KV is written by a step queued on the
+// device), and each sampling row adds an output placeholder, a token that exists but whose value
+// arrives with its step's commit. The next step may schedule a placeholder as its input (the
+// runner takes it from the device); commit() replaces the placeholder with the sampled token.
+//
+//   token_ids   [p0 ... p(P-1) | o0 ... o(O-1) | ? ]       ? = placeholder (num_output_placeholders = 1)
+//                ◀────── computed (in flight included) ──────▶
 #pragma once
 
 #include <cstdint>
@@ -84,11 +93,16 @@ class Request {
   std::span<const TokenId> token_ids() const { return token_ids_; }  // prompt + outputs
   std::span<const TokenId> prompt_token_ids() const;
   std::span<const TokenId> output_token_ids() const;
-  int num_tokens() const { return static_cast<int>(token_ids_.size()); }
+  int num_tokens() const { return static_cast<int>(token_ids_.size()); }  // known tokens
   int num_prompt_tokens() const { return num_prompt_tokens_; }
-  int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }  // known outputs
+  // Sampled by scheduled steps, not committed yet (0 or 1: at most one step is planned ahead).
+  int num_output_placeholders() const { return num_output_placeholders_; }
+  // Known tokens + placeholders: the sequence the scheduler plans over.
+  int num_planned_tokens() const { return num_tokens() + num_output_placeholders_; }
+  // KV in the cache or being written by a scheduled step.
   int num_tokens_computed() const { return num_tokens_computed_; }
-  int num_missing_tokens() const { return num_tokens() - num_tokens_computed_; }
+  int num_missing_tokens() const { return num_planned_tokens() - num_tokens_computed_; }
 
   uint64_t arrival_index() const { return arrival_index_; }
   int num_preemptions() const { return num_preemptions_; }
@@ -102,7 +116,10 @@ class Request {
   void set_arrival_index(uint64_t index) { arrival_index_ = index; }
   void admit(int num_prefix_cached_tokens);
   void preempt();
-  void add_computed_tokens(int num_tokens);
+  // A step scheduled num_tokens more of this request (and samples after them when is_sampling).
+  void schedule_tokens(int num_tokens, bool is_sampling);
+  // Commit of a sampling row: its placeholder becomes token_id. Also for a request preempted
+  // since that step was planned: the token was sampled before its blocks were freed.
   void append_output(TokenId token_id);
   void finish(FinishReason reason);
 
@@ -112,7 +129,8 @@ class Request {
   int num_prompt_tokens_;
   std::shared_ptr<const SamplingParams> sampling_;
   RequestStatus status_ = RequestStatus::kWaiting;
-  int num_tokens_computed_ = 0;     // tokens whose KV is in the cache
+  int num_tokens_computed_ = 0;     // tokens whose KV is in the cache or queued to be written
+  int num_output_placeholders_ = 0;
   uint64_t arrival_index_ = 0;
   int num_preemptions_ = 0;
   int num_prefix_cached_tokens_ = 0;

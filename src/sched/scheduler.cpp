@@ -82,8 +82,8 @@ int Scheduler::token_quota(const Request& request, int budget) const {
 }
 
 StepPlan Scheduler::schedule() {
-  CHECK_MSG(!uncommitted_step_.has_value(), "schedule() of step {} before commit() of step {}",
-            num_steps_, *uncommitted_step_);
+  CHECK_MSG(uncommitted_steps_.size() <= 1, "schedule() of step {} with steps {} and {} uncommitted", num_steps_,
+            uncommitted_steps_.front(), uncommitted_steps_.back());
   StepPlan plan;
   plan.step_index = num_steps_++;
   plan.block_size = config_.block_size;
@@ -97,8 +97,11 @@ StepPlan Scheduler::schedule() {
   if (plan.preempted_request_ids.empty()) admit_waiting(scheduled, budget);
 
   plan.rows.reserve(scheduled.size());
-  for (const Scheduled& entry : scheduled) plan.rows.push_back(make_row(entry));
-  uncommitted_step_ = plan.step_index;
+  for (const Scheduled& entry : scheduled) {
+    plan.rows.push_back(make_row(entry));
+    entry.request->schedule_tokens(entry.num_new_tokens, plan.rows.back().is_sampling);
+  }
+  if (!plan.empty()) uncommitted_steps_.push_back(plan.step_index);  // an empty plan needs no commit
   return plan;
 }
 
@@ -110,6 +113,10 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
   for (Request* request : order) {
     if (budget == 0) break;
     if (request->status() != RequestStatus::kRunning) continue;  // preempted earlier in this loop
+    // Planned ahead of a step that samples its last allowed token: it ends at that commit.
+    if (request->num_output_placeholders() > 0 &&
+        request->num_planned_tokens() - request->num_prompt_tokens() >= request->sampling().max_tokens)
+      continue;
     const int num_new_tokens = token_quota(*request, budget);
     bool fits = false;
     while (!(fits = kv_cache_.allocate(request->id(), request->num_tokens_computed(),
@@ -128,6 +135,8 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* request = waiting_.front();
+    // Preempted while a step samples for it: it resumes with that token, after the step's commit.
+    if (request->num_output_placeholders() > 0) break;
     const CachedPrefix prefix = kv_cache_.lookup_prefix(request->token_ids());
     const int num_tokens_computed = prefix.num_cached_tokens;
     const int num_new_tokens =
@@ -168,27 +177,33 @@ ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
   ScheduledRequest row;
   row.request_id = request.id();
   row.start_pos = request.num_tokens_computed();
-  const auto tokens = request.token_ids().subspan(row.start_pos, entry.num_new_tokens);
+  // Known tokens, then the placeholder of a sampling step still running (kPlaceholderToken).
+  const int num_known = std::clamp(request.num_tokens() - row.start_pos, 0, entry.num_new_tokens);
+  const auto tokens = request.token_ids().subspan(row.start_pos, num_known);
   row.token_ids.assign(tokens.begin(), tokens.end());
+  row.token_ids.resize(static_cast<size_t>(entry.num_new_tokens), kPlaceholderToken);
   const auto table = kv_cache_.block_table(request.id());
   row.block_table.assign(table.begin(), table.end());
   CHECK(static_cast<int>(row.block_table.size()) >=
         num_blocks_for_tokens(row.context_len(), config_.block_size));
-  row.is_sampling = row.context_len() == request.num_tokens();
+  row.is_sampling = row.context_len() == request.num_planned_tokens();
   row.is_new = entry.is_new;
   row.num_prompt_tokens = request.num_prompt_tokens();
-  row.num_output_tokens = request.num_output_tokens();
+  row.num_output_tokens = request.num_planned_tokens() - request.num_prompt_tokens();
   row.sampling = request.sampling_ptr();
   if (row.is_sampling && request.sampling().needs_token_history()) {
     row.history_token_ids.assign(request.token_ids().begin(), request.token_ids().end());
+    row.history_token_ids.resize(static_cast<size_t>(request.num_planned_tokens()), kPlaceholderToken);
   }
   return row;
 }
 
 std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepResult& result) {
-  CHECK_MSG(uncommitted_step_ == plan.step_index, "commit() of step {} but step {} is pending",
-            plan.step_index, uncommitted_step_ ? static_cast<int64_t>(*uncommitted_step_) : -1);
-  uncommitted_step_.reset();
+  if (plan.empty()) return {};
+  CHECK_MSG(!uncommitted_steps_.empty() && uncommitted_steps_.front() == plan.step_index,
+            "commit() of step {} but step {} is the oldest pending", plan.step_index,
+            uncommitted_steps_.empty() ? int64_t{-1} : static_cast<int64_t>(uncommitted_steps_.front()));
+  uncommitted_steps_.pop_front();
   CHECK_MSG(static_cast<int>(result.sampled.size()) == plan.num_sampling_rows(),
             "{} sampled tokens for {} sampling rows", result.sampled.size(),
             plan.num_sampling_rows());
@@ -201,15 +216,16 @@ std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepRes
               "sampled token for request {} in the row of request {}",
               sampled ? sampled->request_id : 0, row.request_id);
     const auto it = requests_.find(row.request_id);
-    if (it == requests_.end()) continue;  // aborted after schedule(): its result is dropped
+    if (it == requests_.end()) continue;  // finished or aborted after schedule(): its result is dropped
     Request* request = it->second.get();
-    CHECK(request->status() == RequestStatus::kRunning);
-    CHECK_MSG(request->num_tokens_computed() == row.start_pos,
-              "request {}: row starts at {} but {} tokens are computed", row.request_id,
-              row.start_pos, request->num_tokens_computed());
-    request->add_computed_tokens(row.num_new_tokens());
-    kv_cache_.cache_computed_blocks(request->id(), request->token_ids(),
-                                    request->num_tokens_computed());
+    // Still running: nothing preempted it since this plan (a request preempted while a step of
+    // it runs is re-admitted only after that step's commit), so its blocks hold the row's KV.
+    if (request->status() == RequestStatus::kRunning) {
+      CHECK_MSG(request->num_tokens_computed() >= row.context_len(),
+                "request {}: row ends at {} but {} tokens are computed", row.request_id, row.context_len(),
+                request->num_tokens_computed());
+      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), row.context_len());
+    }
     if (!sampled) continue;
 
     request->append_output(sampled->token_id);

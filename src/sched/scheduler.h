@@ -5,6 +5,7 @@
 //
 //   engine loop:  add()/abort() ─▶ plan = schedule() ─▶ result = runner.execute(plan)
 //                                 ─▶ updates = commit(plan, result) ─▶ publish updates
+//   async:        plan N+1 = schedule() and launch it while step N runs; then commit step N
 //
 // schedule(), in order:
 //   1. running requests, decodes (1 missing token) first, then unfinished prefill chunks, each in
@@ -93,13 +94,18 @@ class Scheduler {
   // Same for reasons found outside the scheduler (kStop: a stop string matched in the text).
   Status finish_early(RequestId request_id, FinishReason reason);
 
-  // The next step. Empty rows when nothing can run. Must be followed by commit() before the
-  // next schedule(); abort() in between is allowed (that row's result is then ignored).
+  // The next step. Empty rows when nothing can run. At most one step may be uncommitted when it
+  // is called: synchronous engines commit each step before planning the next; async ones plan
+  // step N+1 while step N runs. A row may then carry kPlaceholderToken: the token step N samples
+  // for that request (a decode's input, and the last entry of its history_token_ids), which the
+  // runner takes from step N's device-side ids. A request whose step N samples its max_tokens-th
+  // token is not scheduled in step N+1; one that stops at an EOS or stop id in step N has a
+  // wasted row in step N+1, dropped at commit. abort() between schedule and commit is allowed.
   StepPlan schedule();
 
-  // Applies a step's outcome: tokens computed, sampled tokens appended, stop checks. Returns one
-  // update per sampling row of a still-live request, in row order. Finished requests are freed
-  // and forgotten (find() returns null).
+  // Applies a step's outcome (a no-op for an empty plan), steps in order: computed blocks enter the prefix cache, placeholders
+  // become the sampled tokens, stop checks. Returns one update per sampling row of a still-live
+  // request, in row order. Finished requests are freed and forgotten (find() returns null).
   std::vector<RequestUpdate> commit(const StepPlan& plan, const StepResult& result);
 
   const Request* find(RequestId request_id) const;
@@ -135,7 +141,7 @@ class Scheduler {
   std::vector<RequestId> finished_since_plan_;
   uint64_t next_arrival_index_ = 0;
   uint64_t num_steps_ = 0;
-  std::optional<uint64_t> uncommitted_step_;
+  std::deque<uint64_t> uncommitted_steps_;  // scheduled, not committed: at most 2 (one planned ahead)
   int64_t num_preemptions_ = 0;
 };
 

@@ -3,6 +3,7 @@
 // GPU run so unwritten elements fail. Skips, with the reason, where there is no GPU or no CUDA build.
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -336,9 +337,11 @@ TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
   Rng rng(12);
   for (DType dtype : kFloatTypes) {
     for (int64_t hd : {64, 128}) {
-      for (bool partial : {false, true}) {
-        SCOPED_TRACE(fmt::format("{} hd{} partial {}", dtype_name(dtype), hd, partial));
-        const int64_t t = 29, q_heads = 4, kv_heads = 2, width = (q_heads + 2 * kv_heads) * hd;
+      // 29 tokens: a token's 24 heads spread over 3 blocks; 70 tokens: one block per token.
+      const std::pair<bool, int64_t> cases[] = {{false, 29}, {true, 29}, {false, 70}, {true, 70}};
+      for (const auto& [partial, t] : cases) {
+        SCOPED_TRACE(fmt::format("{} hd{} partial {} tokens {}", dtype_name(dtype), hd, partial, t));
+        const int64_t q_heads = 16, kv_heads = 8, width = (q_heads + 2 * kv_heads) * hd;
         const int64_t num_blocks = 8, block_size = 16, half = partial ? hd / 4 : hd / 2;
         const float scaling = partial ? 0.75f : 1.0f;
         Tensor inv_freq = Tensor::cpu({half}, DType::kF32);
@@ -431,6 +434,32 @@ TEST(CudaOps, ArgmaxAndLogSoftmaxMatchCpu) {
       EXPECT_EQ(compare_tensors(want, to_host(*gpu, out_dev.view()), 1e-5, 1e-4), "");
     }
   }
+}
+
+// copy_ids moves the ids of a still-running step into the next step's inputs: the same writes as the
+// CPU twin, and an async copy to pinned memory is readable after wait_for(mark()).
+TEST(CudaOps, CopyIdsEqualsTheCpuTwinAndAsyncReadBackWaitsForItsMark) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  Rng rng(31);
+  const int64_t dst_size = 300, src_size = 40, num_pairs = 37;
+  Tensor dst = Tensor::cpu({dst_size}, DType::kI32), src = Tensor::cpu({src_size}, DType::kI32);
+  Tensor pairs = Tensor::cpu({num_pairs, 2}, DType::kI32);
+  for (int64_t i = 0; i < dst_size; ++i) dst.ptr<int32_t>()[i] = -static_cast<int32_t>(i);
+  for (int64_t i = 0; i < src_size; ++i) src.ptr<int32_t>()[i] = static_cast<int32_t>(rng.below(151936));
+  for (int64_t i = 0; i < num_pairs; ++i) {
+    pairs.ptr<int32_t>()[2 * i] = static_cast<int32_t>(i * 7 + 3);  // distinct destinations
+    pairs.ptr<int32_t>()[2 * i + 1] = static_cast<int32_t>(rng.below(src_size));
+  }
+  Tensor dst_dev = to_device(*gpu, dst.view());
+  gpu->copy_ids(dst_dev.view(), to_device(*gpu, src.view()).view(), to_device(*gpu, pairs.view()).view());
+  cpu.copy_ids(dst.view(), src.view(), pairs.view());
+  Tensor pinned = gpu->alloc_host({dst_size}, DType::kI32);
+  gpu->copy_to_host_async(pinned.view(), dst_dev.view());
+  gpu->wait_for(gpu->mark());
+  EXPECT_EQ(compare_tensors(dst, pinned, 0, 0), "");
+  EXPECT_EQ(dst.ptr<int32_t>()[3], src.ptr<int32_t>()[pairs.ptr<int32_t>()[1]]);
+  EXPECT_EQ(dst.ptr<int32_t>()[4], -4);  // untouched
 }
 
 }  // namespace

@@ -116,6 +116,10 @@ class CudaBackend final : public Backend {
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
   Tensor alloc_host(Shape shape, DType dtype) override;
+  void copy_to_host_async(TensorView dst, const TensorView& src) override;
+  uint64_t mark() override;
+  void wait_for(uint64_t mark) override;
+  void copy_ids(TensorView dst, const TensorView& src, const TensorView& pairs) override;
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
@@ -168,6 +172,16 @@ class CudaBackend final : public Backend {
   Tensor penalty_words_;
   // Scratch outgrown by a later call stays allocated: a captured graph may still point at it.
   std::vector<Tensor> retired_;
+  // mark(): a ring of events, created at the first mark; mark m is event m % kMarkEvents, so only the
+  // kMarkEvents newest marks are exact (an older one waits for a newer event, which is later work).
+  static constexpr uint64_t kMarkEvents = 8;
+  std::vector<cudaEvent_t> mark_events_;
+  uint64_t num_marks_ = 0;
+
+ public:
+  ~CudaBackend() override {
+    for (cudaEvent_t event : mark_events_) (void)cudaEventDestroy(event);
+  }
 };
 
 // A captured stream of work, replayed on the stream it was captured from.
@@ -191,6 +205,43 @@ Tensor CudaBackend::alloc_host(Shape shape, DType dtype) {
   std::memset(ptr, 0, bytes);
   view.data = ptr;
   return Tensor(view, std::shared_ptr<void>(ptr, [](void* p) { (void)cudaFreeHost(p); }));
+}
+
+uint64_t CudaBackend::mark() {
+  if (mark_events_.empty()) {
+    mark_events_.resize(kMarkEvents);
+    for (cudaEvent_t& event : mark_events_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  const uint64_t m = num_marks_++;
+  CUDA_CHECK(cudaEventRecord(mark_events_[m % kMarkEvents], stream()));
+  return m;
+}
+
+void CudaBackend::wait_for(uint64_t mark) {
+  CHECK_MSG(mark < num_marks_, "[cuda] wait_for({}) of a mark not made yet ({} made)", mark, num_marks_);
+  CUDA_CHECK(cudaEventSynchronize(mark_events_[mark % kMarkEvents]));
+}
+
+void CudaBackend::copy_to_host_async(TensorView dst, const TensorView& src) {
+  CHECK_MSG(dst.device == Device::kCpu && src.device == Device::kCuda && dst.is_contiguous() && src.is_contiguous() &&
+                dst.numel() == src.numel() && dst.dtype == src.dtype,
+            "[cuda] copy_to_host_async: contiguous {} {} on the GPU into {} {} on the host", src.shape.to_string(),
+            dtype_name(src.dtype), dst.shape.to_string(), dtype_name(dst.dtype));
+  if (dst.numel() == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream()));
+}
+
+void CudaBackend::copy_ids(TensorView dst, const TensorView& src, const TensorView& pairs) {
+  CHECK_MSG(dst.device == Device::kCuda && dst.dtype == DType::kI32 && dst.is_contiguous(),
+            "[cuda] copy_ids: dst must be a contiguous i32 vector on the GPU, got {} {}", dst.shape.to_string(),
+            dtype_name(dst.dtype));
+  check_index_vector(src, DType::kI32, src.numel(), "copy_ids", "src");
+  CHECK_MSG(pairs.device == Device::kCuda && pairs.dtype == DType::kI32 && pairs.is_contiguous() && pairs.ndim() == 2 &&
+                pairs.size(1) == 2,
+            "[cuda] copy_ids: pairs must be contiguous [N, 2] i32 on the GPU, got {} {}", pairs.shape.to_string(),
+            dtype_name(pairs.dtype));
+  CUDA_CHECK(cuda::launch_copy_ids(dst.ptr<int32_t>(), dst.numel(), src.ptr<int32_t>(), src.numel(),
+                                   pairs.ptr<int32_t>(), pairs.size(0), stream()));
 }
 
 std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& record) {

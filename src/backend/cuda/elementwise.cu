@@ -12,6 +12,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
+// Below this many tokens the q/k prologue gives each head its own warp (blocks of head groups):
+// fewer tokens than SMs leave most of the GPU idle otherwise.
+constexpr int64_t kFewPrologueTokens = 64;
 
 // ----- rms_norm: one warp per row ---------------------------------------------------------------
 
@@ -75,11 +78,12 @@ __global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const 
   }
 }
 
-// One block per token: its RoPE cos/sin (as rope_kernel computes them) once into shared memory, then
-// one warp per (token, head) row of q or k: rms_norm (as rms_norm_kernel), RoPE through a per-warp
+// Block (token, head group): the token's RoPE cos/sin (as rope_kernel computes them) once into shared
+// memory, then one warp per (token, head) row of q or k of its group: rms_norm (as rms_norm_kernel), RoPE through a per-warp
 // row in shared memory, store in place; k rows and their v rows then go to the caches (as
 // write_kv_kernel). Every intermediate is rounded where the unfused ops store it. (One warp per row
-// with its own cosf/sinf, as before, spent ~5x the bandwidth time of a prefill step on the trig.)
+// with its own cosf/sinf spent ~5x the bandwidth time of a prefill step on the trig; one block per
+// token left 8 warps to walk 24 heads at batch 1, hence head groups when there are few tokens.)
 template <typename T>
 __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
   __shared__ float normed[kWarpsPerBlock][kMaxPrologueHeadDim];
@@ -96,7 +100,7 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
   const int64_t heads = a.num_q_heads + a.num_kv_heads;
   const int64_t d = a.head_dim;
   float* s = normed[warp];
-  for (int64_t h = warp; h < heads; h += kWarpsPerBlock) {
+  for (int64_t h = blockIdx.y * kWarpsPerBlock + warp; h < heads; h += gridDim.y * kWarpsPerBlock) {
     const bool is_q = h < a.num_q_heads;
     const int64_t kv_head = h - a.num_q_heads;
     T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
@@ -139,6 +143,17 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
     }
     __syncwarp();  // the next row of this warp overwrites s
   }
+}
+
+// ----- copy_ids: one thread per pair --------------------------------------------------------------
+
+__global__ void copy_ids_kernel(int32_t* dst, int64_t dst_size, const int32_t* src, int64_t src_size,
+                                const int32_t* pairs, int64_t num_pairs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= num_pairs) return;
+  const int32_t to = pairs[2 * i], from = pairs[2 * i + 1];
+  if (to < 0 || to >= dst_size || from < 0 || from >= src_size) __trap();
+  dst[to] = src[from];
 }
 
 // ----- elementwise ------------------------------------------------------------------------------
@@ -406,7 +421,11 @@ cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args
   if (rows == 0) return cudaSuccess;
   if (args.head_dim > kMaxPrologueHeadDim || 2 * args.half > args.head_dim) return cudaErrorInvalidValue;
   return dispatch_float(dtype, [&](auto t) {
-    qk_norm_rope_write_kv_kernel<decltype(t)><<<static_cast<unsigned>(args.num_tokens), kThreads, 0, stream>>>(args);
+    // Few tokens (decode): spread a token's heads over blocks so every head has its own warp.
+    const int64_t heads = args.num_q_heads + args.num_kv_heads;
+    const int64_t head_groups = args.num_tokens < kFewPrologueTokens ? (heads + kWarpsPerBlock - 1) / kWarpsPerBlock : 1;
+    const dim3 grid(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(head_groups));
+    qk_norm_rope_write_kv_kernel<decltype(t)><<<grid, kThreads, 0, stream>>>(args);
     return cudaGetLastError();
   });
 }
@@ -450,6 +469,14 @@ cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* i
     embedding_kernel<decltype(t)><<<stride_blocks(out.num_rows * out.row_size), kThreads, 0, stream>>>(out, table, ids);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launch_copy_ids(int32_t* dst, int64_t dst_size, const int32_t* src, int64_t src_size, const int32_t* pairs,
+                            int64_t num_pairs, cudaStream_t stream) {
+  if (num_pairs == 0) return cudaSuccess;
+  copy_ids_kernel<<<blocks_for(num_pairs, kThreads), kThreads, 0, stream>>>(dst, dst_size, src, src_size, pairs,
+                                                                            num_pairs);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, float* part_value, int64_t* part_index,

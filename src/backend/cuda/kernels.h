@@ -50,6 +50,10 @@ cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delt
 inline constexpr int64_t kArgmaxScratchPerRow = 64;
 cudaError_t launch_argmax(DType dtype, int32_t* ids, Rows logits, float* part_value, int64_t* part_index,
                           cudaStream_t stream);
+// dst[pairs[2i]] = src[pairs[2i + 1]] for i < num_pairs (Backend::copy_ids); traps on an index
+// outside [0, dst_size) or [0, src_size).
+cudaError_t launch_copy_ids(int32_t* dst, int64_t dst_size, const int32_t* src, int64_t src_size, const int32_t* pairs,
+                            int64_t num_pairs, cudaStream_t stream);
 // out (f32) row r = log_softmax(logits row r)
 cudaError_t launch_log_softmax(DType dtype, Rows out_f32, Rows logits, cudaStream_t stream);
 

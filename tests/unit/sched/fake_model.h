@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -29,15 +31,26 @@ class FakeModel {
   // Tokens this fake emits never collide with small ids tests reserve for EOS / stop tokens.
   static constexpr TokenId kMinToken = 100;
 
+  // Steps run in the order they are given (as on a device stream). A kPlaceholderToken input is
+  // the token the previous step sampled for that request, as the runner takes it from the device.
   StepResult execute(const StepPlan& plan) {
     EXPECT_EQ(plan.block_size, block_size_);
     for (const ScheduledRequest& row : plan.rows) {  // write_kv for the whole batch first
       std::vector<int64_t> slots;
       append_slot_mapping(row.block_table, row.start_pos, row.num_new_tokens(), block_size_, slots);
       for (int i = 0; i < row.num_new_tokens(); ++i) {
-        kv_.at(slots[i]) = {row.token_ids[i], row.start_pos + i};
+        TokenId token = row.token_ids[i];
+        if (token == kPlaceholderToken) {
+          EXPECT_EQ(i, row.num_new_tokens() - 1) << "a placeholder is only ever a row's last token";
+          const auto it = last_sampled_.find(row.request_id);
+          EXPECT_NE(it, last_sampled_.end()) << "request " << row.request_id << ": placeholder without a sample";
+          if (it != last_sampled_.end()) token = it->second;
+          ++num_placeholder_inputs_;
+        }
+        kv_.at(slots[i]) = {token, row.start_pos + i};
       }
     }
+    last_sampled_.clear();
     StepResult result;
     for (const ScheduledRequest& row : plan.rows) {  // then "attention" + sampling
       if (!row.is_sampling) continue;
@@ -48,9 +61,11 @@ class FakeModel {
         context.push_back(e.token_id);
       }
       result.sampled.push_back({row.request_id, next_token(context), std::nullopt});
+      last_sampled_[row.request_id] = result.sampled.back().token_id;
     }
     return result;
   }
+  int64_t num_placeholder_inputs() const { return num_placeholder_inputs_; }
 
   // The "model": a function of the whole context (FNV-1a), like attention over all earlier tokens.
   static TokenId next_token(const std::vector<TokenId>& context) {
@@ -73,6 +88,8 @@ class FakeModel {
  private:
   int block_size_;
   std::vector<KvEntry> kv_;  // [num_blocks * block_size]
+  std::map<RequestId, TokenId> last_sampled_;  // the previous step's samples ("device-side ids")
+  int64_t num_placeholder_inputs_ = 0;
 };
 
 struct RunOutcome {
@@ -92,17 +109,30 @@ inline void expect_plan_within_limits(const StepPlan& plan, const SchedulerConfi
   }
 }
 
-// Steps until every request has finished; collects outputs from the updates.
-inline RunOutcome run_to_completion(Scheduler& scheduler, FakeModel& model,
+enum class Planning { kSync, kAsync };
+
+// Steps until every request has finished; collects outputs from the updates. kAsync plans step
+// N+1 before committing step N, as the engine does with a GPU.
+inline RunOutcome run_to_completion(Scheduler& scheduler, FakeModel& model, Planning planning = Planning::kSync,
                                     int64_t max_steps = 10'000'000) {
   RunOutcome outcome;
-  while (scheduler.has_unfinished_requests() && outcome.num_steps < max_steps) {
-    const StepPlan plan = scheduler.schedule();
-    expect_plan_within_limits(plan, scheduler.config());
-    const StepResult result = model.execute(plan);
+  std::optional<std::pair<StepPlan, StepResult>> in_flight;
+  auto commit = [&](const StepPlan& plan, const StepResult& result) {
     for (const RequestUpdate& update : scheduler.commit(plan, result)) {
       if (update.new_token_id) outcome.outputs[update.request_id].push_back(*update.new_token_id);
       if (update.finish_reason) outcome.finish_reasons[update.request_id] = *update.finish_reason;
+    }
+  };
+  while ((scheduler.has_unfinished_requests() || in_flight) && outcome.num_steps < max_steps) {
+    StepPlan plan = scheduler.has_unfinished_requests() ? scheduler.schedule() : StepPlan{};
+    expect_plan_within_limits(plan, scheduler.config());
+    const StepResult result = plan.empty() ? StepResult{} : model.execute(plan);
+    if (planning == Planning::kSync) {
+      commit(plan, result);
+    } else {
+      if (in_flight) commit(in_flight->first, in_flight->second);
+      in_flight.reset();
+      if (!plan.empty()) in_flight.emplace(std::move(plan), result);
     }
     ++outcome.num_steps;
   }

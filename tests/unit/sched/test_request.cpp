@@ -7,19 +7,20 @@ namespace {
 
 constexpr TokenId kEos = 2;
 
-// A running request that has computed its prompt and "samples" the given tokens.
+// A running request whose prompt is scheduled in one step that samples (one placeholder).
 Request running_request(SamplingParams params) {
   params.eos_token_ids = {kEos};
   Request request(1, {10, 11, 12}, std::move(params));
   request.admit(0);
-  request.add_computed_tokens(3);
+  request.schedule_tokens(3, /*is_sampling=*/true);
   return request;
 }
 
+// Commits the pending sample as `token`; unless that stops it, the next step (a decode) is scheduled.
 std::optional<FinishReason> sample(Request& request, TokenId token) {
   request.append_output(token);
   const auto reason = request.stop_reason();
-  if (!reason) request.add_computed_tokens(1);  // the next step computes it
+  if (!reason) request.schedule_tokens(1, /*is_sampling=*/true);
   return reason;
 }
 
@@ -27,7 +28,9 @@ TEST(Request, TokensArePromptThenOutputs) {
   SamplingParams params;
   params.max_tokens = 5;
   Request request = running_request(params);
-  EXPECT_EQ(request.num_missing_tokens(), 0);
+  EXPECT_EQ(request.num_output_placeholders(), 1);
+  EXPECT_EQ(request.num_planned_tokens(), 4);
+  EXPECT_EQ(request.num_missing_tokens(), 1);  // the placeholder: the input of the next decode
   EXPECT_EQ(sample(request, 50), std::nullopt);
   EXPECT_EQ(request.num_tokens(), 4);
   EXPECT_EQ(request.num_prompt_tokens(), 3);
@@ -85,13 +88,30 @@ TEST(Request, PreemptKeepsOutputsAndRestartsComputation) {
   SamplingParams params;
   params.max_tokens = 5;
   Request request = running_request(params);
-  EXPECT_EQ(sample(request, 60), std::nullopt);
+  request.append_output(60);  // committed; no next step scheduled yet
   request.preempt();
   EXPECT_EQ(request.status(), RequestStatus::kPreempted);
   EXPECT_EQ(request.num_tokens_computed(), 0);
   EXPECT_EQ(request.num_missing_tokens(), 4);  // prompt + the output, recomputed as one prompt
   EXPECT_EQ(request.num_output_tokens(), 1);
   EXPECT_EQ(request.num_preemptions(), 1);
+}
+
+// Preempted while a planned-ahead step samples for it: the sampled token still lands, and the
+// request resumes over prompt + every output.
+TEST(Request, PreemptedWithAStepInFlightKeepsItsToken) {
+  SamplingParams params;
+  params.max_tokens = 5;
+  Request request = running_request(params);
+  EXPECT_EQ(sample(request, 60), std::nullopt);  // the decode after it is in flight
+  request.preempt();
+  EXPECT_EQ(request.num_output_placeholders(), 1);
+  request.append_output(61);
+  EXPECT_EQ(request.num_output_placeholders(), 0);
+  EXPECT_EQ(request.num_missing_tokens(), 5);
+  request.admit(0);
+  request.schedule_tokens(5, /*is_sampling=*/true);
+  EXPECT_EQ(request.num_output_placeholders(), 1);
 }
 
 TEST(SamplingParams, Validate) {

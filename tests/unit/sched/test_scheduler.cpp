@@ -247,7 +247,8 @@ struct ExhaustionRun {
 
 // 160 requests × 400 output tokens; half of them share a 40-token system prompt.
 ExhaustionRun run_exhaustion(int num_blocks, bool enable_prefix_caching,
-                             std::vector<std::vector<TokenId>>& prompts) {
+                             std::vector<std::vector<TokenId>>& prompts,
+                             testing::Planning planning = testing::Planning::kSync) {
   SchedulerConfig config;
   config.max_num_seqs = 32;
   config.max_num_batched_tokens = 256;
@@ -268,7 +269,7 @@ ExhaustionRun run_exhaustion(int num_blocks, bool enable_prefix_caching,
     EXPECT_TRUE(scheduler.add(Request(id, prompt, greedy(400))).is_ok());
   }
   ExhaustionRun run;
-  run.outcome = run_to_completion(scheduler, model);
+  run.outcome = run_to_completion(scheduler, model, planning);
   run.stats = scheduler.stats();
   EXPECT_TRUE(scheduler.is_leak_free());
   return run;
@@ -426,6 +427,142 @@ TEST(Scheduler, SamplingRowsCarryParamsAndHistoryWhenPenaltiesNeedIt) {
   EXPECT_EQ(plan.rows[0].num_output_tokens, 1);
   EXPECT_TRUE(plan.rows[1].history_token_ids.empty());
   run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+// ----- async planning: step N+1 is scheduled before step N's tokens are committed -----
+
+using testing::Planning;
+
+TEST(SchedulerAsync, DecodesCarryThePlaceholderAndStopBeforeMaxTokens) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(3), greedy(3))).is_ok());
+  const StepPlan p0 = scheduler.schedule();  // prefill, samples o0
+  const StepResult r0 = model.execute(p0);
+  const StepPlan p1 = scheduler.schedule();  // planned before o0 is known
+  ASSERT_EQ(p1.rows.size(), 1u);
+  EXPECT_EQ(p1.rows[0].token_ids, std::vector<TokenId>{kPlaceholderToken});
+  EXPECT_EQ(p1.rows[0].start_pos, 3);
+  EXPECT_TRUE(p1.rows[0].is_sampling);
+  EXPECT_EQ(p1.rows[0].num_output_tokens, 1);  // the seed counter counts the placeholder
+  const StepResult r1 = model.execute(p1);
+  const auto u0 = scheduler.commit(p0, r0);
+  ASSERT_EQ(u0.size(), 1u);
+  const StepPlan p2 = scheduler.schedule();  // samples o2, the last of max_tokens 3
+  ASSERT_EQ(p2.rows.size(), 1u);
+  EXPECT_EQ(p2.rows[0].token_ids, std::vector<TokenId>{kPlaceholderToken});
+  const StepResult r2 = model.execute(p2);
+  scheduler.commit(p1, r1);
+  EXPECT_TRUE(scheduler.schedule().empty()) << "o2 is the last token: nothing to plan past it";
+  const auto u2 = scheduler.commit(p2, r2);
+  ASSERT_EQ(u2.size(), 1u);
+  EXPECT_EQ(u2[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(u2[0].num_output_tokens, 3);
+  EXPECT_EQ(model.num_placeholder_inputs(), 2);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(SchedulerAsync, AStopTokenInFlightWastesOneRowAndFreesEverything) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  const std::vector<TokenId> prompt = prompt_of(5);
+  const std::vector<TokenId> expected = FakeModel::reference_output(prompt, 4);
+  SamplingParams stop_id = greedy(10);
+  stop_id.stop_token_ids = {expected[1]};
+  ASSERT_TRUE(scheduler.add(Request(1, prompt, stop_id)).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt, greedy(4))).is_ok());
+  const auto outcome = run_to_completion(scheduler, model, Planning::kAsync);
+  EXPECT_EQ(outcome.outputs.at(1), std::vector<TokenId>(expected.begin(), expected.begin() + 2));
+  EXPECT_EQ(outcome.finish_reasons.at(1), FinishReason::kStop);
+  EXPECT_EQ(outcome.outputs.at(2), expected);
+  EXPECT_EQ(outcome.finish_reasons.at(2), FinishReason::kLength);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(SchedulerAsync, StopConditionsAndAbortsGiveTheSyncOutputs) {
+  for (Planning planning : {Planning::kSync, Planning::kAsync}) {
+    const SchedulerConfig config = small_config();
+    Scheduler scheduler(config);
+    FakeModel model(config.num_blocks, config.block_size);
+    const std::vector<TokenId> prompt = prompt_of(5);
+    const std::vector<TokenId> expected = FakeModel::reference_output(prompt, 10);
+    SamplingParams eos = greedy(10, /*ignore_eos=*/false);
+    eos.eos_token_ids = {expected[2]};
+    SamplingParams held = greedy(10);
+    held.stop_token_ids = {expected[1]};
+    held.min_tokens = 5;
+    ASSERT_TRUE(scheduler.add(Request(1, prompt, eos)).is_ok());
+    ASSERT_TRUE(scheduler.add(Request(2, prompt, held)).is_ok());
+    ASSERT_TRUE(scheduler.add(Request(3, prompt_of(20, 50), greedy(6))).is_ok());
+    const auto outcome = run_to_completion(scheduler, model, planning);
+    EXPECT_EQ(outcome.outputs.at(1), std::vector<TokenId>(expected.begin(), expected.begin() + 3));
+    EXPECT_EQ(outcome.finish_reasons.at(1), FinishReason::kStop);
+    EXPECT_GE(outcome.outputs.at(2).size(), 5u);
+    EXPECT_EQ(outcome.outputs.at(3), FakeModel::reference_output(prompt_of(20, 50), 6));
+    EXPECT_TRUE(scheduler.is_leak_free());
+  }
+}
+
+TEST(SchedulerAsync, AbortWithTwoStepsInFlightDropsBothRows) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(3), greedy(8))).is_ok());
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(3, 20), greedy(8))).is_ok());
+  const StepPlan p0 = scheduler.schedule();
+  const StepResult r0 = model.execute(p0);
+  const StepPlan p1 = scheduler.schedule();
+  const StepResult r1 = model.execute(p1);
+  ASSERT_TRUE(scheduler.abort(1).is_ok());
+  const auto u0 = scheduler.commit(p0, r0);
+  ASSERT_EQ(u0.size(), 1u);
+  EXPECT_EQ(u0[0].request_id, 2);
+  const StepPlan p2 = scheduler.schedule();
+  ASSERT_EQ(p2.rows.size(), 1u);
+  EXPECT_EQ(p2.finished_request_ids, std::vector<RequestId>{1});
+  const StepResult r2 = model.execute(p2);
+  EXPECT_EQ(scheduler.commit(p1, r1).size(), 1u);
+  EXPECT_EQ(scheduler.commit(p2, r2).size(), 1u);
+  const auto outcome = run_to_completion(scheduler, model, Planning::kAsync);
+  EXPECT_EQ(outcome.outputs.at(2).size(), 5u);  // 3 committed above, 5 more
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+// Preemption while a step of the victim is in flight: its token still lands, it resumes only after
+// that commit, and every output equals an unconstrained run's.
+TEST(SchedulerAsync, BlockExhaustionWithStepsInFlightGivesUnconstrainedOutputs) {
+  std::vector<std::vector<TokenId>> prompts;
+  for (bool prefix_caching : {true, false}) {
+    const ExhaustionRun run = run_exhaustion(48, prefix_caching, prompts, Planning::kAsync);
+    EXPECT_GT(run.stats.num_preemptions, 0);
+    ASSERT_EQ(run.outcome.outputs.size(), 160u);
+    for (RequestId id = 0; id < 160; ++id) {
+      EXPECT_EQ(run.outcome.finish_reasons.at(id), FinishReason::kLength);
+      ASSERT_EQ(run.outcome.outputs.at(id), FakeModel::reference_output(prompts[id], 400)) << id;
+    }
+  }
+}
+
+TEST(SchedulerAsync, PenaltyHistoryEndsWithThePlaceholder) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  SamplingParams penalised = greedy(3);
+  penalised.repetition_penalty = 1.2f;
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(4), penalised)).is_ok());
+  const StepPlan p0 = scheduler.schedule();
+  const StepResult r0 = model.execute(p0);
+  const StepPlan p1 = scheduler.schedule();
+  ASSERT_EQ(p1.rows.size(), 1u);
+  std::vector<TokenId> want = prompt_of(4);
+  want.push_back(kPlaceholderToken);
+  EXPECT_EQ(p1.rows[0].history_token_ids, want);
+  scheduler.commit(p0, r0);
+  scheduler.commit(p1, model.execute(p1));
+  run_to_completion(scheduler, model, Planning::kAsync);
   EXPECT_TRUE(scheduler.is_leak_free());
 }
 
