@@ -91,6 +91,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   auto engine = std::unique_ptr<Engine>(new Engine(config, std::move(backend), std::move(model), std::move(tokenizer),
                                                    static_cast<int>(num_blocks)));
   PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
+  const auto capture_started = Clock::now();
+  const int num_graphs =
+      engine->runner_->capture_decode_graphs(config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
+  if (num_graphs > 0)
+    LOG_INFO("[engine] captured {} decode graphs (batch buckets up to {}, contexts up to {} tokens) in {:.2f} s",
+             num_graphs, config.max_num_seqs, config.max_model_len, seconds_between(capture_started, Clock::now()));
   return engine;
 }
 
@@ -108,6 +114,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
+  async_scheduling_ =
+      config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
   metrics_.update([&](EngineMetrics& m) {
     m.kv_blocks_total = num_blocks;
     m.block_size = config.block_size;
@@ -237,11 +245,8 @@ bool Engine::drain_inbox(bool wait) {
 }
 
 void Engine::run_loop() {
-  while (drain_inbox(/*wait=*/!scheduler_->has_unfinished_requests() && unpublished_.empty())) {
-    if (scheduler_->has_unfinished_requests()) step();
-    else publish(std::exchange(unpublished_, {}));  // the last step's outputs: no next step to hide behind
-  }
-  publish(std::exchange(unpublished_, {}));
+  while (drain_inbox(/*wait=*/!scheduler_->has_unfinished_requests() && launched_.empty())) step();
+  while (!launched_.empty()) finish_oldest_step();
   // Shutdown: everything still live ends as aborted.
   std::vector<RequestId> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
@@ -260,7 +265,7 @@ void Engine::run_loop() {
 
 void Engine::step() {
   const auto started = Clock::now();
-  StepPlan plan = scheduler_->schedule();
+  StepPlan plan = scheduler_->has_unfinished_requests() ? scheduler_->schedule() : StepPlan{};
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_new) continue;
     auto it = live_.find(row.request_id);
@@ -268,27 +273,35 @@ void Engine::step() {
     it->second->was_scheduled = true;  // queue time ends at the first admission, not after preemptions
     metrics_.update([&](EngineMetrics& m) { m.queue_time.observe(seconds_between(it->second->submitted, started)); });
   }
-  // The device runs this step while the host publishes the previous one's outputs (detokenize, stop
-  // strings, channels). A stop string found there finishes its request after this step was planned:
-  // the row still runs and commit() drops its token (as for an abort between schedule and commit).
-  runner_->launch(plan);
-  publish(std::exchange(unpublished_, {}));
-  StepResult result = runner_->finish(plan);
-  std::vector<RequestUpdate> updates = scheduler_->commit(plan, result);
+  runner_->launch(plan);  // an empty plan launches nothing (it drops finished requests' state)
+  const bool launched = !plan.empty();
+  if (launched) launched_.push_back({std::move(plan), started});
+  // Async: the oldest step is committed once the next is queued behind it (or nothing more could
+  // be planned), so the device never waits for the host. A stop string found while publishing
+  // finishes its request after the next step was planned: that row runs and commit() drops it.
+  if (!launched_.empty() && (!async_scheduling_ || launched_.size() == 2 || !launched)) finish_oldest_step();
+}
+
+void Engine::finish_oldest_step() {
+  LaunchedStep step = std::move(launched_.front());
+  launched_.pop_front();
+  StepResult result = runner_->finish(step.plan);
+  std::vector<RequestUpdate> updates = scheduler_->commit(step.plan, result);
+  // A step's time: from its launch, or from the previous step's end when it queued behind it.
+  const auto now = Clock::now();
+  const double step_s = seconds_between(std::max(step.launched, last_finish_), now);
+  last_finish_ = now;
   // Step time and gauges are recorded before publishing, so whoever receives a request's last
   // output already sees the step that produced it counted.
-  const double step_s = seconds_between(started, Clock::now());
   const SchedulerStats stats = scheduler_->stats();
   metrics_.update([&](EngineMetrics& m) {
     record_scheduler_stats(m, stats);
-    if (!plan.empty()) {
-      ++m.steps;
-      m.step_time_total_s += step_s;
-      m.step_time.observe(step_s);
-    }
+    ++m.steps;
+    m.step_time_total_s += step_s;
+    m.step_time.observe(step_s);
   });
-  if (!plan.empty()) metrics_.record_step_time(step_s);
-  unpublished_ = std::move(updates);  // published during the next step, or by run_loop when none comes
+  metrics_.record_step_time(step_s);
+  publish(updates);
 }
 
 void Engine::publish(const std::vector<RequestUpdate>& updates) {

@@ -2,13 +2,19 @@
 // their OutputChannels; one engine thread owns the scheduler, the KV cache and the model:
 //
 //   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ runner.launch(plan)
-//          ─▶ publish(previous step's updates) ─▶ result = runner.finish(plan)
-//          ─▶ updates = scheduler.commit(plan, result), published (detokenize, stop strings,
-//             channels) while the next step runs on the device
+//          ─▶ oldest step done? result = runner.finish(it) ─▶ updates = scheduler.commit(it, result)
+//          ─▶ publish(updates): detokenize, stop strings, channels
+//
+// With async scheduling (the default on GPUs) a step is committed only once the next one is
+// queued behind it, so the host plans, packs and publishes while the device computes: the next
+// step's decode inputs are the ids the running step samples, moved on the device (ModelRunner).
+// Without it (the CPU default) each step is committed right after its launch.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -75,6 +81,7 @@ class Engine {
   void run_loop();
   bool drain_inbox(bool wait);
   void step();
+  void finish_oldest_step();  // waits for the oldest launched step, commits and publishes it
   void publish(const std::vector<RequestUpdate>& updates);
   void end_request(RequestId id, FinishReason reason, Status error);
 
@@ -104,7 +111,13 @@ class Engine {
   int num_queued_ = 0;  // submitted and not yet finished (for the waiting-queue bound)
 
   std::unordered_map<RequestId, std::shared_ptr<Live>> live_;  // engine thread only
-  std::vector<RequestUpdate> unpublished_;  // the last step's outputs, published while the next runs
+  struct LaunchedStep {
+    StepPlan plan;
+    std::chrono::steady_clock::time_point launched;
+  };
+  std::deque<LaunchedStep> launched_;  // launched, not committed: at most 2 (async) or 1
+  bool async_scheduling_ = false;
+  std::chrono::steady_clock::time_point last_finish_;
   EngineMetricsRecorder metrics_;
   std::thread thread_;
   std::atomic<bool> running_{false};

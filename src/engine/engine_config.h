@@ -20,10 +20,13 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
+  // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for
+  // GPUs, off on the CPU (whose steps run inline: planning ahead would only delay each token).
+  int async_scheduling = -1;
 };
 
 // Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len,
-// --no-enable-prefix-caching, --device to a command.
+// --no-enable-prefix-caching, --device, --[no-]async-scheduling to a command.
 void add_engine_options(CLI::App& command, EngineConfig& config);
 
 }  // namespace pagellm

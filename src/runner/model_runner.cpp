@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <optional>
 
 #include "backend/sampling_math.h"
 #include "cache/slot_mapping.h"
@@ -53,30 +55,33 @@ bool graphs_allowed_by_env() {
 
 }  // namespace
 
-// Byte offsets of one step's inputs in the staging buffers (the host and the device buffer hold the
-// same layout, so one copy moves them all; layout of each part in sched/step.h):
+// Byte offsets of one step's inputs in the staging buffers (a slot's host buffer and the device
+// buffer hold the same layout, so one copy moves them all; layout of each part in sched/step.h):
 //
 //   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [T] | cu_seqlens_q i32 [B + 1] |
-//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] |
+//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] | state_slots i32 [B] |
 //   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
 //   | penalty_rows [P] sampling::PenaltyRow (32 B) | penalty_params [P] RowParams |
-//   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] |
+//   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] | placeholder pairs i32 [Q, 2] |
 //
 // P rows have penalties (history: their prompt + output ids back to back, H in all), L rows want
-// logprobs. The offsets of the first eight parts depend only on (T, B, R, W): a graph captured for
-// a decode bucket (T = B = R) finds its inputs at the same device addresses on every replay; the
-// last four are read only by the sampling ops that run after it.
+// logprobs, Q placeholders (a decode's input token, or the last history id of a penalised row) are
+// filled on the device by Backend::copy_ids: pair (i32 index into this buffer, index into the
+// previous step's sampled ids). The offsets of the first nine parts depend only on (T, B, R, W): a
+// graph captured for a decode bucket (T = B = R) finds its inputs at the same device addresses on
+// every replay; the rest are read only by ops that run before or after it.
 //
 // Sampled ids on the device, [R + P] i32: ids[r] for sampling row r (argmax, or Backend::sample's
 // draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
 struct ModelRunner::StepLayout {
-  int64_t num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids;
-  size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, sample_params,
-      penalty_rows, penalty_params, logprob_rows, history, total_bytes;
+  int64_t num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
+      num_placeholders;
+  size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, state_slots,
+      sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, total_bytes;
 
-  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w, int64_t p, int64_t l, int64_t h)
+  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w, int64_t p = 0, int64_t l = 0, int64_t h = 0, int64_t q = 0)
       : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w), num_penalised(p), num_logprob_rows(l),
-        num_history_ids(h) {
+        num_history_ids(h), num_placeholders(q) {
     size_t at = 0;
     auto take = [&](int64_t bytes) {
       const size_t offset = at;
@@ -90,14 +95,29 @@ struct ModelRunner::StepLayout {
     seq_lens_k = take(4 * b);
     logits_rows = take(4 * r);
     block_tables = take(4 * b * w);
+    state_slots = take(4 * b);
     sample_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * r);
     penalty_rows = take(static_cast<int64_t>(sizeof(sampling::PenaltyRow)) * p);
     penalty_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * p);
     logprob_rows = take(static_cast<int64_t>(sizeof(sampling::LogprobRow)) * l);
     history = take(4 * h);
+    placeholders = take(8 * q);
     total_bytes = at;
   }
   int64_t num_ids() const { return num_logits_rows + num_penalised; }
+};
+
+// The host side of one launched step: its inputs as packed, and where its outputs land.
+struct ModelRunner::StepSlot {
+  Tensor staging_host;  // [bytes] u8, page-locked on a GPU
+  Tensor ids_host;      // [ids] i32: the step's sampled ids, copied back
+  Tensor logprob_ids_host, logprob_values_host;  // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
+  std::optional<StepLayout> layout;
+  uint64_t step_index = 0;
+  uint64_t done_mark = 0;  // Backend::mark() after the step's last queued op
+  // Where the id each sampling request gets in this step lands in sampled_ids_: the next step's
+  // placeholders read it there.
+  std::unordered_map<RequestId, int32_t> id_index;
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots)
@@ -116,28 +136,39 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
     state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots);
     caches_.gdn_layers = state_slots_->cache().views();
   }
+  for (auto& slot : slots_) slot = std::make_unique<StepSlot>();
 }
 
 ModelRunner::~ModelRunner() {
   graphs_.clear();  // before the buffers they point at
 }
 
-void ModelRunner::reserve(const StepLayout& layout) {
+void ModelRunner::reserve(const StepLayout& layout, StepSlot& slot) {
+  // Device buffers are freed in stream order (a step still running keeps reading the old ones); a
+  // slot's host buffers belong to a finished step. Graphs name the device buffers: growing one
+  // drops them.
   bool grew = false;
-  if (!staging_host_.defined() || staging_host_.numel() < static_cast<int64_t>(layout.total_bytes)) {
-    const int64_t bytes = std::max<int64_t>(static_cast<int64_t>(layout.total_bytes) * 2, int64_t{1} << 16);
-    staging_host_ = backend_.alloc_host({bytes}, DType::kU8);
-    staging_ = backend_.device() == Device::kCpu ? staging_host_ : backend_.alloc({bytes}, DType::kU8);
+  const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
+  const int64_t capacity_bytes = std::max<int64_t>(2 * bytes, int64_t{1} << 16);
+  if (!slot.staging_host.defined() || slot.staging_host.numel() < bytes) {
+    slot.staging_host = backend_.alloc_host({capacity_bytes}, DType::kU8);
+  }
+  if (backend_.device() != Device::kCpu && (!staging_.defined() || staging_.numel() < bytes)) {
+    staging_ = backend_.alloc({capacity_bytes}, DType::kU8);
     grew = true;
   }
   const int64_t rows = std::max<int64_t>(layout.num_logits_rows, 1);
   if (!logits_.defined() || logits_.size(0) < rows) {
     const int64_t capacity = std::max<int64_t>({rows, logits_.defined() ? 2 * logits_.size(0) : 0, 16});
     logits_ = backend_.alloc({capacity, model_.config().vocab_size}, model_.activation_dtype());
-    sampled_ids_ = backend_.alloc({2 * capacity}, DType::kI32);  // R + P <= 2R
-    sampled_ids_host_ = backend_.alloc_host({2 * capacity}, DType::kI32);
+    Tensor ids = backend_.alloc({2 * capacity}, DType::kI32);  // R + P <= 2R
+    // The ids of a step still running: the next step's placeholders read them here.
+    if (sampled_ids_.defined()) backend_.copy(ids.view().slice_rows(0, sampled_ids_.numel()), sampled_ids_.view());
+    sampled_ids_ = std::move(ids);
     grew = true;
   }
+  if (!slot.ids_host.defined() || slot.ids_host.numel() < layout.num_ids())
+    slot.ids_host = backend_.alloc_host({std::max<int64_t>(2 * layout.num_ids(), 64)}, DType::kI32);
   if (grew) graphs_.clear();  // they point at the old buffers
   // Read only by the sampling ops after a graph's replay: growing them keeps the graphs.
   if (layout.num_penalised > 0 && (!penalised_logits_.defined() || penalised_logits_.size(0) < layout.num_penalised)) {
@@ -145,19 +176,30 @@ void ModelRunner::reserve(const StepLayout& layout) {
         {layout.num_penalised, penalised_logits_.defined() ? 2 * penalised_logits_.size(0) : 0, 4});
     penalised_logits_ = backend_.alloc({capacity, model_.config().vocab_size}, DType::kF32);
   }
-  if (layout.num_logprob_rows > 0 &&
-      (!logprob_ids_.defined() || logprob_ids_.size(0) < layout.num_logprob_rows)) {
-    const int64_t capacity = std::max<int64_t>(
-        {layout.num_logprob_rows, logprob_ids_.defined() ? 2 * logprob_ids_.size(0) : 0, 16});
+  const int64_t logprob_rows = layout.num_logprob_rows;
+  if (logprob_rows > 0 && (!logprob_ids_.defined() || logprob_ids_.size(0) < logprob_rows)) {
+    const int64_t capacity = std::max<int64_t>({logprob_rows, logprob_ids_.defined() ? 2 * logprob_ids_.size(0) : 0, 16});
     logprob_ids_ = backend_.alloc({capacity, kLogprobColumns}, DType::kI32);
     logprob_values_ = backend_.alloc({capacity, kLogprobColumns}, DType::kF32);
-    logprob_ids_host_ = backend_.alloc_host({capacity, kLogprobColumns}, DType::kI32);
-    logprob_values_host_ = backend_.alloc_host({capacity, kLogprobColumns}, DType::kF32);
+  }
+  if (logprob_rows > 0 && (!slot.logprob_ids_host.defined() || slot.logprob_ids_host.size(0) < logprob_rows)) {
+    const int64_t capacity = std::max<int64_t>(2 * logprob_rows, 16);
+    slot.logprob_ids_host = backend_.alloc_host({capacity, kLogprobColumns}, DType::kI32);
+    slot.logprob_values_host = backend_.alloc_host({capacity, kLogprobColumns}, DType::kF32);
   }
 }
 
-void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
-  char* base = staging_host_.ptr<char>();
+int64_t ModelRunner::count_placeholders(const StepPlan& plan) {
+  int64_t count = 0;
+  for (const ScheduledRequest& row : plan.rows) {
+    for (TokenId id : row.token_ids) count += id == kPlaceholderToken ? 1 : 0;
+    for (TokenId id : row.history_token_ids) count += id == kPlaceholderToken ? 1 : 0;
+  }
+  return count;
+}
+
+void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot& slot, const StepSlot* previous) {
+  char* base = slot.staging_host.ptr<char>();
   int32_t* token_ids = reinterpret_cast<int32_t*>(base + layout.token_ids);
   int32_t* positions = reinterpret_cast<int32_t*>(base + layout.positions);
   int64_t* slot_mapping = reinterpret_cast<int64_t*>(base + layout.slot_mapping);
@@ -170,8 +212,20 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
   auto* penalty_params = reinterpret_cast<sampling::RowParams*>(base + layout.penalty_params);
   auto* logprob_rows = reinterpret_cast<sampling::LogprobRow*>(base + layout.logprob_rows);
   int32_t* history = reinterpret_cast<int32_t*>(base + layout.history);
+  int32_t* placeholders = reinterpret_cast<int32_t*>(base + layout.placeholders);
   const int64_t width = layout.table_width;
-  int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0;
+  int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0, num_placeholders = 0;
+  // A placeholder at i32 index `at` of the staging buffer takes the previous step's id of `id`.
+  auto placeholder = [&](size_t at, RequestId id) {
+    CHECK_MSG(previous != nullptr, "[runner] request {} has a placeholder token but no step is running", id);
+    const auto it = previous->id_index.find(id);
+    CHECK_MSG(it != previous->id_index.end(), "[runner] request {}: the running step samples nothing for it", id);
+    placeholders[2 * num_placeholders] = static_cast<int32_t>(at / 4);
+    placeholders[2 * num_placeholders + 1] = it->second;
+    ++num_placeholders;
+    return TokenId{0};  // until copy_ids writes the id on the device
+  };
+  slot.id_index.clear();
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   for (int64_t b = 0; b < num_rows; ++b) {
     const ScheduledRequest& row = plan.rows[static_cast<size_t>(b)];
@@ -183,7 +237,8 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
     std::fill(table + row.block_table.size(), table + width, kNoBlock);
     for (int i = 0; i < row.num_new_tokens(); ++i, ++token) {
       const int pos = row.start_pos + i;
-      token_ids[token] = row.token_ids[static_cast<size_t>(i)];
+      const TokenId id = row.token_ids[static_cast<size_t>(i)];
+      token_ids[token] = id == kPlaceholderToken ? placeholder(layout.token_ids + 4 * static_cast<size_t>(token), row.request_id) : id;
       positions[token] = pos;
       slot_mapping[token] = slot_of_position(row.block_table, pos, block_size_);
     }
@@ -205,13 +260,17 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
       penalty.repetition_penalty = p.repetition_penalty;
       penalty.presence_penalty = p.presence_penalty;
       penalty.frequency_penalty = p.frequency_penalty;
-      std::copy(row.history_token_ids.begin(), row.history_token_ids.end(), history + history_ids);
-      history_ids += num_history;
+      for (int32_t h = 0; h < num_history; ++h, ++history_ids) {
+        const TokenId id = row.history_token_ids[static_cast<size_t>(h)];
+        history[history_ids] =
+            id == kPlaceholderToken ? placeholder(layout.history + 4 * static_cast<size_t>(history_ids), row.request_id) : id;
+      }
       id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
     } else {
       sample_params[sampling_row] = device_sample_params(row);
     }
     if (p.num_logprobs.has_value()) logprob_rows[logprob_row++] = {sampling_row, id_index, num_top_logprobs(p)};
+    slot.id_index[row.request_id] = id_index;
     logits_rows[sampling_row++] = token - 1;
   }
   // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
@@ -226,14 +285,33 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout) {
     logits_rows[sampling_row++] = token;
   }
   cu_seqlens_q[layout.num_seqs] = token;
+  if (state_slots_) state_slots_->write(reinterpret_cast<int32_t*>(base + layout.state_slots), layout.num_seqs);
   CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows);
   CHECK(penalised_row == layout.num_penalised && logprob_row == layout.num_logprob_rows &&
-        history_ids == layout.num_history_ids);
+        history_ids == layout.num_history_ids && num_placeholders == layout.num_placeholders);
 }
 
-StepBatch ModelRunner::device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const {
-  char* base = static_cast<char*>(staging_.view().data);
-  const Device device = staging_.view().device;
+TensorView ModelRunner::device_staging(const StepSlot& slot) const {
+  return backend_.device() == Device::kCpu ? slot.staging_host.view() : staging_.view();
+}
+
+void ModelRunner::upload(const StepLayout& layout, const StepSlot& slot) {
+  const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
+  const TensorView staging = device_staging(slot);
+  if (backend_.device() != Device::kCpu)
+    backend_.copy(staging.slice_rows(0, bytes), slot.staging_host.view().slice_rows(0, bytes));
+  if (layout.num_placeholders == 0) return;
+  const TensorView as_ids(staging.data, {bytes / 4}, DType::kI32, staging.device);  // [bytes / 4] i32
+  const TensorView pairs(static_cast<char*>(staging.data) + layout.placeholders, {layout.num_placeholders, 2},
+                         DType::kI32, staging.device);
+  backend_.copy_ids(as_ids, sampled_ids_.view(), pairs);
+}
+
+StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& slot, int32_t max_seqlen_q,
+                                     int32_t max_seqlen_k) const {
+  const TensorView staging = device_staging(slot);
+  char* base = static_cast<char*>(staging.data);
+  const Device device = staging.device;
   auto view = [&](size_t offset, Shape shape, DType dtype) { return TensorView(base + offset, shape, dtype, device); };
   StepBatch batch;
   batch.num_tokens = layout.num_tokens;
@@ -247,7 +325,7 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, int32_t max_seqlen
   batch.seq_lens_k = view(layout.seq_lens_k, {layout.num_seqs}, DType::kI32);
   batch.logits_rows = view(layout.logits_rows, {layout.num_logits_rows}, DType::kI32);
   batch.block_tables = view(layout.block_tables, {layout.num_seqs, layout.table_width}, DType::kI32);
-  if (state_slots_) batch.state_slots = state_slots_->device_slots(layout.num_seqs);
+  if (state_slots_) batch.state_slots = view(layout.state_slots, {layout.num_seqs}, DType::kI32);
   return batch;
 }
 
@@ -278,10 +356,12 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
 }
 
 void ModelRunner::launch(const StepPlan& plan) {
-  CHECK_MSG(!launched_, "[runner] launch() of a step before finish() of the previous one");
   for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
   if (state_slots_) state_slots_->bind(plan);
   if (plan.empty()) return;
+  CHECK_MSG(num_launched_ < 2, "[runner] launch() of a third step before finish() of the first");
+  StepSlot& slot = *slots_[(oldest_launched_ + num_launched_) % 2];
+  const StepSlot* previous = num_launched_ > 0 ? slots_[(oldest_launched_ + num_launched_ - 1) % 2].get() : nullptr;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
   int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0;
@@ -299,57 +379,89 @@ void ModelRunner::launch(const StepPlan& plan) {
     }
     if (row.sampling->num_logprobs.has_value()) ++num_logprob_rows;
   }
+  const int64_t num_placeholders = count_placeholders(plan);
   const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
   const StepLayout layout =
       bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
-                              num_history_ids)
+                              num_history_ids, num_placeholders)
                  : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
-                              num_logprob_rows, num_history_ids);
-  reserve(layout);
-  pack(plan, layout);
-  if (state_slots_) state_slots_->upload(layout.num_seqs);
-  const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
-  if (backend_.device() != Device::kCpu) backend_.copy(staging_.view().slice_rows(0, bytes), staging_host_.view().slice_rows(0, bytes));
-
+                              num_logprob_rows, num_history_ids, num_placeholders);
+  reserve(layout, slot);
+  pack(plan, layout, slot, previous);
+  upload(layout, slot);
   if (bucket > 0) {
-    // A graph's launch plan must not depend on this step's contexts: the attention is planned for
-    // the longest context the table width allows (max_seqlen_k), and reads the real ones on the device.
-    const StepBatch batch = device_batch(layout, 1, static_cast<int32_t>(layout.table_width * block_size_));
-    std::unique_ptr<OpGraph>& graph = graphs_[{bucket, layout.table_width}];
-    if (graph) {
-      graph->replay();
-    } else {
-      forward_and_argmax(batch);  // also sizes every scratch buffer the capture will name
-      graph = backend_.capture([&] { forward_and_argmax(batch); });
-    }
+    run_decode_graph(layout, slot);
   } else {
-    forward_and_argmax(device_batch(layout, max_seqlen_q, max_seqlen_k));
+    forward_and_argmax(device_batch(layout, slot, max_seqlen_q, max_seqlen_k));
   }
-  if (num_sampling > 0) sample_after_forward(plan, layout);
-  if (launched_layout_) *launched_layout_ = layout;
-  else launched_layout_ = std::make_unique<StepLayout>(layout);
-  launched_ = true;
+  if (num_sampling > 0) sample_after_forward(plan, layout, slot);
+  queue_read_back(layout, slot);
+  slot.layout = layout;
+  slot.step_index = plan.step_index;
+  ++num_launched_;
+}
+
+void ModelRunner::run_decode_graph(const StepLayout& layout, const StepSlot& slot) {
+  // A graph's launch plan must not depend on this step's contexts: the attention is planned for
+  // the longest context the table width allows (max_seqlen_k), and reads the real ones on the device.
+  const StepBatch batch =
+      device_batch(layout, slot, 1, static_cast<int32_t>(layout.table_width * block_size_));
+  std::unique_ptr<OpGraph>& graph = graphs_[{layout.num_seqs, layout.table_width}];
+  if (graph) {
+    graph->replay();
+  } else {
+    forward_and_argmax(batch);  // also sizes every scratch buffer the capture will name
+    graph = backend_.capture([&] { forward_and_argmax(batch); });
+  }
+}
+
+int ModelRunner::capture_decode_graphs(int max_num_seqs, int max_num_batched_tokens, int max_model_len) {
+  if (!graphs_enabled_) return 0;
+  CHECK_MSG(num_launched_ == 0, "[runner] capture_decode_graphs() with a step launched");
+  const int64_t largest_bucket = kGraphBuckets[std::size(kGraphBuckets) - 1];
+  const int64_t top_bucket = graph_bucket(max_num_seqs) > 0 ? graph_bucket(max_num_seqs) : largest_bucket;
+  const int64_t top_width = graph_table_width((max_model_len + block_size_ - 1) / block_size_);
+  if (state_slots_) state_slots_->bind(StepPlan{});  // every row is padding (the scratch state slot)
+  StepSlot& slot = *slots_[oldest_launched_];
+  const int64_t prefill_rows = std::min<int64_t>(max_num_seqs, max_num_batched_tokens);
+  reserve(StepLayout(max_num_batched_tokens, prefill_rows, prefill_rows, top_width), slot);
+  int captured = 0;
+  // Largest first: the first capture sizes the staging, logits and scratch buffers for all others.
+  for (auto bucket = std::rbegin(kGraphBuckets); bucket != std::rend(kGraphBuckets); ++bucket) {
+    if (*bucket > top_bucket) continue;
+    for (int64_t width = top_width; width >= graph_table_width(1); width /= 2) {
+      if (graphs_.contains({*bucket, width})) continue;
+      const StepLayout layout(*bucket, *bucket, *bucket, width);
+      reserve(layout, slot);
+      pack(StepPlan{}, layout, slot, nullptr);
+      upload(layout, slot);
+      run_decode_graph(layout, slot);
+      ++captured;
+    }
+  }
+  backend_.synchronize();
+  return captured;
 }
 
 StepResult ModelRunner::finish(const StepPlan& plan) {
   if (plan.empty()) return StepResult{};
-  CHECK_MSG(launched_, "[runner] finish() without launch()");
-  launched_ = false;
-  const StepLayout& layout = *launched_layout_;
-  if (plan.num_sampling_rows() == 0) {
-    // Only prefill chunks this step. Wait anyway: the next step rewrites the staging buffer.
-    backend_.synchronize();
-    return StepResult{};
-  }
-  return read_back(plan, layout);
+  CHECK_MSG(num_launched_ > 0, "[runner] finish() without launch()");
+  StepSlot& slot = *slots_[oldest_launched_];
+  CHECK_MSG(slot.step_index == plan.step_index, "[runner] finish() of step {} but step {} was launched first",
+            plan.step_index, slot.step_index);
+  oldest_launched_ = (oldest_launched_ + 1) % 2;
+  --num_launched_;
+  backend_.wait_for(slot.done_mark);  // also frees the slot's staging for the next launch
+  if (plan.num_sampling_rows() == 0) return StepResult{};
+  return read_back(plan, slot);
 }
 
-TensorView ModelRunner::staged(size_t offset, int64_t rows, int64_t row_bytes) const {
-  return TensorView(static_cast<char*>(staging_.view().data) + offset, {rows, row_bytes}, DType::kU8,
-                    staging_.view().device);
+TensorView ModelRunner::staged(const StepSlot& slot, size_t offset, int64_t rows, int64_t row_bytes) const {
+  const TensorView staging = device_staging(slot);
+  return TensorView(static_cast<char*>(staging.data) + offset, {rows, row_bytes}, DType::kU8, staging.device);
 }
 
-void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& layout) {
+void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& layout, const StepSlot& slot) {
   // Outside the graph: a decode graph is the same whichever rows sample, and these ops need no host
   // planning. Their inputs came over with the step's one host-to-device copy.
   bool any_draw = false, any_penalised_draw = false;
@@ -361,48 +473,54 @@ void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& l
   const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab], raw
   const TensorView ids = sampled_ids_.view().slice_rows(0, layout.num_ids());
   if (any_draw)
-    backend_.sample(ids.slice_rows(0, rows), logits, staged(layout.sample_params, rows, sizeof(sampling::RowParams)));
+    backend_.sample(ids.slice_rows(0, rows), logits, staged(slot, layout.sample_params, rows, sizeof(sampling::RowParams)));
   if (penalised > 0) {
     const TensorView penalised_logits = penalised_logits_.view().slice_rows(0, penalised);  // [P, vocab] f32
-    const TensorView history(static_cast<char*>(staging_.view().data) + layout.history, {layout.num_history_ids},
-                             DType::kI32, staging_.view().device);
+    const TensorView staging = device_staging(slot);
+    const TensorView history(static_cast<char*>(staging.data) + layout.history, {layout.num_history_ids}, DType::kI32,
+                             staging.device);
     backend_.apply_penalties(penalised_logits, logits,
-                             staged(layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
+                             staged(slot, layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
     const TensorView penalised_ids = ids.slice_rows(rows, rows + penalised);
     backend_.argmax(penalised_ids, penalised_logits);
     if (any_penalised_draw)
       backend_.sample(penalised_ids, penalised_logits,
-                      staged(layout.penalty_params, penalised, sizeof(sampling::RowParams)));
+                      staged(slot, layout.penalty_params, penalised, sizeof(sampling::RowParams)));
   }
   if (layout.num_logprob_rows > 0) {
     const int64_t n = layout.num_logprob_rows;
     backend_.logprobs(logprob_ids_.view().slice_rows(0, n), logprob_values_.view().slice_rows(0, n), logits, ids,
-                      staged(layout.logprob_rows, n, sizeof(sampling::LogprobRow)));
+                      staged(slot, layout.logprob_rows, n, sizeof(sampling::LogprobRow)));
   }
 }
 
-StepResult ModelRunner::read_back(const StepPlan& plan, const StepLayout& layout) {
-  // Only ids and (id, logprob) pairs cross to the host; the first copy waits for the step's work.
+void ModelRunner::queue_read_back(const StepLayout& layout, StepSlot& slot) {
+  // Only ids and (id, logprob) pairs cross to the host, without waiting: finish() waits for the mark.
   const int64_t num_ids = layout.num_ids();
-  const TensorView ids_host = sampled_ids_host_.view().slice_rows(0, num_ids);
-  backend_.copy(ids_host, sampled_ids_.view().slice_rows(0, num_ids));
-  const int64_t num_logprob_rows = layout.num_logprob_rows;
-  if (num_logprob_rows > 0) {
-    backend_.copy(logprob_ids_host_.view().slice_rows(0, num_logprob_rows),
-                  logprob_ids_.view().slice_rows(0, num_logprob_rows));
-    backend_.copy(logprob_values_host_.view().slice_rows(0, num_logprob_rows),
-                  logprob_values_.view().slice_rows(0, num_logprob_rows));
+  if (num_ids > 0)
+    backend_.copy_to_host_async(slot.ids_host.view().slice_rows(0, num_ids), sampled_ids_.view().slice_rows(0, num_ids));
+  const int64_t n = layout.num_logprob_rows;
+  if (n > 0) {
+    backend_.copy_to_host_async(slot.logprob_ids_host.view().slice_rows(0, n), logprob_ids_.view().slice_rows(0, n));
+    backend_.copy_to_host_async(slot.logprob_values_host.view().slice_rows(0, n),
+                                logprob_values_.view().slice_rows(0, n));
   }
+  slot.done_mark = backend_.mark();
+}
+
+StepResult ModelRunner::read_back(const StepPlan& plan, const StepSlot& slot) const {
+  const StepLayout& layout = *slot.layout;
+  const int32_t* ids = slot.ids_host.ptr<int32_t>();
   StepResult result;
   int64_t r = 0, penalised = 0, logprob_row = 0;
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
     const int64_t id_index = has_penalties(p) ? layout.num_logits_rows + penalised++ : r;
-    SampledToken sampled{row.request_id, ids_host.ptr<int32_t>()[id_index], std::nullopt};
+    SampledToken sampled{row.request_id, ids[id_index], std::nullopt};
     if (p.num_logprobs.has_value()) {
-      const int32_t* top_ids = logprob_ids_host_.ptr<int32_t>() + logprob_row * kLogprobColumns;
-      const float* top_values = logprob_values_host_.ptr<float>() + logprob_row * kLogprobColumns;
+      const int32_t* top_ids = slot.logprob_ids_host.ptr<int32_t>() + logprob_row * kLogprobColumns;
+      const float* top_values = slot.logprob_values_host.ptr<float>() + logprob_row * kLogprobColumns;
       ++logprob_row;
       SampledLogprobs logprobs;
       logprobs.sampled_logprob = top_values[0];  // top_ids[0] is the sampled id

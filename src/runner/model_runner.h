@@ -5,9 +5,15 @@
 // host-to-device copy (StepLayout in model_runner.cpp); every row is sampled on the device: greedy
 // rows by the argmax, rows with temperature > 0 by Backend::sample after it, rows with penalties
 // from a penalised f32 copy (Backend::apply_penalties), and logprobs by Backend::logprobs, so only
-// ids and (id, logprob) pairs cross back. Decode-only steps replay a graph captured once per (batch
-// bucket, block-table width); the sampling ops run after the replay, outside the graph.
-// runner/sampler.h's sample_token is the CPU reference those ops are tested against.
+// ids and (id, logprob) pairs cross back. Decode-only steps replay a graph captured per (batch
+// bucket, block-table width), at start-up (capture_decode_graphs) or at first use; the sampling ops
+// run after the replay, outside the graph. runner/sampler.h's sample_token is the CPU reference
+// those ops are tested against.
+//
+// Two steps may be launched at once (async scheduling): each has its own host slot (staging and
+// read-back buffers), so step N+1 is packed and queued while step N runs. A placeholder token of
+// step N+1 (sched/step.h) is the id step N samples for that request: Backend::copy_ids moves it
+// from step N's device-side ids into step N+1's inputs before step N+1's forward.
 #pragma once
 
 #include <map>
@@ -30,10 +36,12 @@ class ModelRunner {
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1);
   ~ModelRunner();
 
-  // One step: launch() packs the inputs, makes the one host-to-device copy and queues the forward and
-  // the sampling ops (the CPU backend runs them right here); finish() waits for the device and
-  // returns the sampled tokens. Between the two the caller's host work overlaps the device's (the
-  // engine publishes the previous step's outputs there). execute() is launch() then finish().
+  // One step: launch() packs the inputs, makes the one host-to-device copy and queues the forward,
+  // the sampling ops and the copy of their ids to the host (the CPU backend runs them right here);
+  // finish() waits for that copy and returns the sampled tokens. At most two steps are launched and
+  // not finished; finish() takes them in launch order. An empty plan launches nothing (it only
+  // drops the state of finished requests) and finishes with no tokens. execute() is launch() then
+  // finish().
   void launch(const StepPlan& plan);
   StepResult finish(const StepPlan& plan);
   StepResult execute(const StepPlan& plan) {
@@ -54,28 +62,46 @@ class ModelRunner {
 
   // Decode graphs are on by default where the backend has them; PAGELLM_CUDA_GRAPHS=0 turns them off.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+  bool graphs_enabled() const { return graphs_enabled_; }
+  // Captures the decode graph of every batch bucket up to max_num_seqs and every block-table width
+  // up to max_model_len, largest first, so no step pays for a capture; the staging buffer is sized
+  // for steps of max_num_batched_tokens first, so such a step does not grow it and drop the graphs.
+  // Returns how many it captured (0 without graphs). Call with nothing launched.
+  int capture_decode_graphs(int max_num_seqs, int max_num_batched_tokens, int max_model_len);
 
  private:
   struct StepLayout;
-  // The layout of the step between launch() and finish() (allocated once, reused every step).
-  std::unique_ptr<StepLayout> launched_layout_;
-  bool launched_ = false;
-  // Packs the plan into the host staging buffer with `layout` (rows past the plan are padding).
-  void pack(const StepPlan& plan, const StepLayout& layout);
+  struct StepSlot;
+  std::unique_ptr<StepSlot> slots_[2];
+  int oldest_launched_ = 0, num_launched_ = 0;  // launched slots: oldest_launched_, then the other
+  // Packs the plan into `slot`'s host staging buffer with `layout` (rows past the plan are padding).
+  // Placeholders become copy_ids pairs that read the ids of the step in `previous` (may be null).
+  void pack(const StepPlan& plan, const StepLayout& layout, StepSlot& slot, const StepSlot* previous);
+  // Counts the placeholders of a plan: one per decode row planned ahead, + one per penalised history.
+  static int64_t count_placeholders(const StepPlan& plan);
   // Grows the staging, logits and id buffers to fit `layout` (dropping graphs that point at them).
-  void reserve(const StepLayout& layout);
-  StepBatch device_batch(const StepLayout& layout, int32_t max_seqlen_q, int32_t max_seqlen_k) const;
+  void reserve(const StepLayout& layout, StepSlot& slot);
+  // The staging buffer the device reads `slot`'s inputs from (the host buffer itself on the CPU).
+  TensorView device_staging(const StepSlot& slot) const;
+  StepBatch device_batch(const StepLayout& layout, const StepSlot& slot, int32_t max_seqlen_q,
+                         int32_t max_seqlen_k) const;
+  // Copies the packed inputs to the device and patches the placeholders there.
+  void upload(const StepLayout& layout, const StepSlot& slot);
+  // The graph of a decode bucket: replays it, or runs the step eagerly and captures it.
+  void run_decode_graph(const StepLayout& layout, const StepSlot& slot);
   // What Backend::sample gets for a sampling row: its knobs and the uniform of draw
   // num_output_tokens of its seed, or temperature 0 for greedy rows (the argmax decides).
   sampling::RowParams device_sample_params(const ScheduledRequest& row);
   // forward + argmax of every logits row into sampled_ids_ (the part a graph records).
   void forward_and_argmax(const StepBatch& batch);
   // After the forward (and outside any graph): draws, penalties and logprobs on the device.
-  void sample_after_forward(const StepPlan& plan, const StepLayout& layout);
-  // Copies the ids and logprobs to the host (waiting for the step) and builds the result.
-  StepResult read_back(const StepPlan& plan, const StepLayout& layout);
-  // [rows, row_bytes] u8 at `offset` of the device staging buffer.
-  TensorView staged(size_t offset, int64_t rows, int64_t row_bytes) const;
+  void sample_after_forward(const StepPlan& plan, const StepLayout& layout, const StepSlot& slot);
+  // Queues the copies of the ids and logprobs into the slot's host buffers (waited for by finish()).
+  void queue_read_back(const StepLayout& layout, StepSlot& slot);
+  // Builds the result from the slot's host buffers, once the step is done.
+  StepResult read_back(const StepPlan& plan, const StepSlot& slot) const;
+  // [rows, row_bytes] u8 at `offset` of the device staging buffer of `slot`.
+  TensorView staged(const StepSlot& slot, size_t offset, int64_t rows, int64_t row_bytes) const;
 
   Model& model_;
   Backend& backend_;
@@ -86,15 +112,12 @@ class ModelRunner {
   std::unordered_map<RequestId, uint64_t> drawn_seeds_;
   uint64_t next_seed_state_;
 
-  // Persistent step buffers (grow-only): staging_host_ and staging_ hold the same StepLayout.
-  Tensor staging_host_;  // [bytes] u8, page-locked on a GPU
-  Tensor staging_;       // [bytes] u8, on the backend's device (the host buffer itself on the CPU)
+  // Persistent step buffers (grow-only); each slot has its host side (StepSlot).
+  Tensor staging_;       // [bytes] u8 on the GPU: the launched step's inputs (unused on the CPU)
   Tensor logits_;        // [rows, vocab], activation dtype
   Tensor sampled_ids_;   // [2 * rows] i32, on the device: R sampling rows, then P penalised rows
-  Tensor sampled_ids_host_;  // [2 * rows] i32
   Tensor penalised_logits_;  // [penalised rows, vocab] f32, on the device
   Tensor logprob_ids_, logprob_values_;            // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
-  Tensor logprob_ids_host_, logprob_values_host_;  // the same, on the host
   bool graphs_enabled_ = true;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<OpGraph>> graphs_;  // (batch bucket, table width)
 };

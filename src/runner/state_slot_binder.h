@@ -3,9 +3,9 @@
 //
 //   bind(plan):  finished and preempted ids give their slot back; each is_new row (admission, or
 //                re-admission after preemption: start_pos 0) takes a zeroed slot; other rows keep theirs
-//   upload(B):   state_slots [B] i32 on the device = the rows' slots, then the scratch slot for the
-//                padding rows of a graph bucket (rows >= plan rows), in a buffer whose address never
-//                changes (a captured graph reads it on every replay)
+//   write(B):    state_slots [B] i32 = the rows' slots, then the scratch slot for the padding rows of
+//                a graph bucket (rows >= plan rows), into the runner's staging buffer (it reaches the
+//                device with the step's other inputs, at an offset a captured graph reads)
 #pragma once
 
 #include <memory>
@@ -22,10 +22,8 @@ class StateSlotBinder {
   StateSlotBinder(const MemorySpec& spec, Backend& backend, int max_num_seqs);
 
   void bind(const StepPlan& plan);
-  // Writes the slots of the last bound plan's rows (and padding up to num_seqs) to the device.
-  void upload(int64_t num_seqs);
-  // [num_seqs] i32 device view of what upload() wrote.
-  TensorView device_slots(int64_t num_seqs) const;
+  // Writes the slots of the last bound plan's rows (and padding up to num_seqs) to slots[num_seqs].
+  void write(int32_t* slots, int64_t num_seqs) const;
   // Frees a request's slot now (its finish reached the engine before the next plan).
   void release(RequestId id) { cache_.release(id); }
 
@@ -33,11 +31,8 @@ class StateSlotBinder {
   const StateCache& cache() const { return cache_; }
 
  private:
-  Backend& backend_;
   StateCache cache_;
   std::vector<int32_t> row_slots_;  // [plan rows] of the last bound plan
-  Tensor slots_host_;               // [capacity] i32
-  Tensor slots_device_;             // [capacity] i32 (the host tensor itself on the CPU)
 };
 
 }  // namespace pagellm

@@ -17,16 +17,22 @@ const fs::path kModel = kFixtures / "tied_gqa2_hd32_f32";
 // Bytes one block costs for the fixture model (2 layers, 2 kv heads, head_dim 32, f32).
 int64_t kv_bytes_for_blocks(int64_t num_blocks, int block_size) { return num_blocks * 2 * 2 * block_size * 2 * 32 * 4; }
 
+// Async scheduling (plan step N+1 while step N runs, decode inputs taken from the running step's
+// sampled ids) is the GPU default; the CPU engine runs it too when asked, so these tests cover both.
+constexpr int kSyncAndAsync[] = {0, 1};
+
 TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
   for (const std::string& name : golden_fixture_names(kFixtures)) {
+   for (int async : kSyncAndAsync) {
     if (name.find("f32") == std::string::npos) continue;
-    SCOPED_TRACE(name);
+    SCOPED_TRACE(name + (async ? " async" : " sync"));
     const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
     // max_num_seqs 1, no prefix caching: each prompt alone.
     {
       EngineConfig config;
       config.max_num_seqs = 1;
       config.enable_prefix_caching = false;
+      config.async_scheduling = async;
       auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
       for (size_t i = 0; i < cases.size(); ++i) {
@@ -40,6 +46,7 @@ TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
     {
       EngineConfig config;
       config.max_num_batched_tokens = 8;
+      config.async_scheduling = async;
       auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
       std::vector<GenerateRequest> requests;
@@ -48,6 +55,7 @@ TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
       for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
       EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
     }
+   }
   }
 }
 
@@ -83,22 +91,23 @@ TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
     for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
     prompts.push_back(prompt);
   }
-  auto run = [&](int64_t num_blocks, EngineMetrics* metrics) {
+  auto run = [&](int64_t num_blocks, EngineMetrics* metrics, int async, size_t num_requests) {
     EngineConfig config;
     config.block_size = 16;
     config.kv_cache_memory_bytes = kv_bytes_for_blocks(num_blocks, 16);
     config.max_model_len = 512;
+    config.async_scheduling = async;
     auto llm = make_test_llm(kModel, config);
     std::vector<GenerateRequest> requests;
-    for (const auto& p : prompts) requests.push_back(greedy_request(p, kOutputTokens));
+    for (size_t i = 0; i < num_requests; ++i) requests.push_back(greedy_request(prompts[i], kOutputTokens));
     auto outs = llm->generate(std::move(requests));
     *metrics = llm->engine().metrics();
     EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
     return outs;
   };
   EngineMetrics small_metrics, large_metrics;
-  auto constrained = run(40, &small_metrics);   // 640 tokens: one or two requests fit at a time
-  auto roomy = run(160 * 27, &large_metrics);   // every request fits at once
+  auto constrained = run(40, &small_metrics, /*async=*/0, kRequests);   // 640 tokens: one or two requests fit at a time
+  auto roomy = run(160 * 27, &large_metrics, /*async=*/0, kRequests);   // every request fits at once
   EXPECT_GT(small_metrics.preemptions, 0u);
   EXPECT_EQ(large_metrics.preemptions, 0u);
   for (int i = 0; i < kRequests; ++i) {
@@ -106,11 +115,23 @@ TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids.size(), static_cast<size_t>(kOutputTokens));
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids, roomy[static_cast<size_t>(i)].token_ids) << "request " << i;
   }
+  // Planned a step ahead: requests are preempted while a step samples for them (a third of the
+  // requests, to keep the test's time down).
+  EngineMetrics async_metrics;
+  auto planned_ahead = run(40, &async_metrics, /*async=*/1, kRequests / 3);
+  EXPECT_GT(async_metrics.preemptions, 0u);
+  for (size_t i = 0; i < planned_ahead.size(); ++i) {
+    ASSERT_TRUE(planned_ahead[i].error.is_ok());
+    EXPECT_EQ(planned_ahead[i].token_ids, roomy[i].token_ids) << "request " << i << " (async)";
+  }
 }
 
 TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
+ for (int async : kSyncAndAsync) {
+  SCOPED_TRACE(async ? "async" : "sync");
   EngineConfig config;
   config.block_size = 16;
+  config.async_scheduling = async;
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   std::mt19937 rng(3);
@@ -134,10 +155,14 @@ TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
   const EngineMetrics m = llm->engine().metrics();
   EXPECT_GT(m.prefix_cache_hit_tokens, 0u);
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+ }
 }
 
 TEST(Engine, SeededSamplingIsBatchInvariant) {
+ for (int async : kSyncAndAsync) {
+  SCOPED_TRACE(async ? "async" : "sync");
   EngineConfig config;
+  config.async_scheduling = async;
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto seeded = [](std::vector<TokenId> prompt) {
@@ -160,13 +185,17 @@ TEST(Engine, SeededSamplingIsBatchInvariant) {
   GenerateRequest other = seeded(prompt);
   other.sampling.seed = 99;
   EXPECT_NE(llm->generate({std::move(other)})[0].token_ids, alone[0].token_ids);
+ }
 }
 
 // Every row samples through the Backend ops (penalties, the draw, logprobs) in the paged engine; the
 // contiguous reference path samples with sample_token on the host. Penalised, seeded and logprob rows
 // mixed into a batch with greedy rows give the reference's tokens and logprobs.
 TEST(Engine, PenaltiesSeedsAndLogprobsMatchTheHostSampler) {
+ for (int async : kSyncAndAsync) {
+  SCOPED_TRACE(async ? "async" : "sync");
   EngineConfig config;
+  config.async_scheduling = async;
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto backend = make_backend("cpu");
@@ -223,6 +252,7 @@ TEST(Engine, PenaltiesSeedsAndLogprobsMatchTheHostSampler) {
     }
   }
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+ }
 }
 
 TEST(Engine, RejectsBadRequestsUpFront) {
@@ -242,7 +272,10 @@ TEST(Engine, RejectsBadRequestsUpFront) {
 }
 
 TEST(Engine, AbortFreesBlocks) {
+ for (int async : kSyncAndAsync) {
+  SCOPED_TRACE(async ? "async" : "sync");
   EngineConfig config;
+  config.async_scheduling = async;
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
@@ -256,6 +289,7 @@ TEST(Engine, AbortFreesBlocks) {
   for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+ }
 }
 
 }  // namespace

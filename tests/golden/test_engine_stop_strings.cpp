@@ -30,10 +30,12 @@ fs::path model_with_tokenizer() {
   return dir;
 }
 
-TEST(EngineStopStrings, TextEndsBeforeTheStopStringAndNothingLeaks) {
+void expect_text_ends_before_the_stop_string(int async_scheduling) {
   const fs::path dir = model_with_tokenizer();
   if (dir.empty()) GTEST_SKIP() << "assets/tokenizers/qwen3 missing (scripts/setup.sh)";
-  auto llm = make_test_llm(dir, EngineConfig{});
+  EngineConfig config;
+  config.async_scheduling = async_scheduling;
+  auto llm = make_test_llm(dir, config);
   ASSERT_TRUE(llm);
 
   // Free runs: 12 prompts, 48 greedy tokens each.
@@ -94,6 +96,11 @@ TEST(EngineStopStrings, TextEndsBeforeTheStopStringAndNothingLeaks) {
   std::error_code ignored;
   fs::remove_all(dir, ignored);
 }
+
+TEST(EngineStopStrings, TextEndsBeforeTheStopStringAndNothingLeaks) { expect_text_ends_before_the_stop_string(0); }
+
+// Planned a step ahead, the step after the stop string is already queued when it is found.
+TEST(EngineStopStrings, TextEndsBeforeTheStopStringWithAsyncScheduling) { expect_text_ends_before_the_stop_string(1); }
 
 }  // namespace
 }  // namespace pagellm

@@ -64,11 +64,14 @@ TEST_P(HybridGolden, PagedEngineOneAtATimeAndAllTogetherWithTinyChunks) {
     }
     EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
   }
-  {
+  for (int async : {0, 1}) {
     // All prompts at once, at most 8 tokens per step: prompts are prefilled in chunks over several
-    // steps, mixed with other requests' decodes, each carrying its GDN state from chunk to chunk.
+    // steps, mixed with other requests' decodes, each carrying its GDN state from chunk to chunk;
+    // then planned a step ahead (state slots freed and reused while a step still runs).
+    SCOPED_TRACE(async ? "async" : "sync");
     EngineConfig config;
     config.max_num_batched_tokens = 8;
+    config.async_scheduling = async;
     auto llm = make_test_llm(dir, config);
     ASSERT_TRUE(llm);
     std::vector<GenerateRequest> requests;
@@ -125,10 +128,11 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
     for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 512);
     prompts.push_back(prompt);
   }
-  auto run = [&](int64_t num_blocks, EngineMetrics* metrics) {
+  auto run = [&](int64_t num_blocks, EngineMetrics* metrics, int async = 0) {
     EngineConfig config;
     config.block_size = kBlockSize;
     config.max_num_seqs = kSeqs;
+    config.async_scheduling = async;
     config.max_model_len = 128;
     // The state of kSeqs requests, and num_blocks KV blocks (at least as much: state gets at most half).
     const int64_t state_bytes = state_cache_bytes(spec, kSeqs);
@@ -142,14 +146,19 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
     return outs;
   };
   EngineMetrics small_metrics, large_metrics;
+  EngineMetrics async_metrics;
   auto constrained = run(20, &small_metrics);  // 320 tokens: about three requests at a time
+  auto planned_ahead = run(20, &async_metrics, /*async=*/1);
   auto roomy = run(kSeqs * 8, &large_metrics);
   EXPECT_GT(small_metrics.preemptions, 0u);
+  EXPECT_GT(async_metrics.preemptions, 0u);
   EXPECT_EQ(large_metrics.preemptions, 0u);
   for (int i = 0; i < kSeqs; ++i) {
     ASSERT_TRUE(constrained[static_cast<size_t>(i)].error.is_ok());
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids.size(), static_cast<size_t>(kOutputTokens));
     EXPECT_EQ(constrained[static_cast<size_t>(i)].token_ids, roomy[static_cast<size_t>(i)].token_ids) << "request " << i;
+    EXPECT_EQ(planned_ahead[static_cast<size_t>(i)].token_ids, roomy[static_cast<size_t>(i)].token_ids)
+        << "request " << i << " (async)";
   }
 }
 
@@ -203,7 +212,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGolden, ::testing::ValuesIn(golden_fixt
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HybridGolden);
 
 TEST(HybridEngine, AbortFreesTheStateSlot) {
+ for (int async : {0, 1}) {
+  SCOPED_TRACE(async ? "async" : "sync");
   EngineConfig config;
+  config.async_scheduling = async;
   auto llm = make_test_llm(kFixtures / "qwen3_5_text_tiny_f32", config);
   ASSERT_TRUE(llm);
   auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
@@ -215,6 +227,7 @@ TEST(HybridEngine, AbortFreesTheStateSlot) {
   for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+ }
 }
 
 }  // namespace
