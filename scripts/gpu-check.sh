@@ -8,6 +8,7 @@
 #
 #   scripts/gpu-check.sh                 # everything
 #   GPU_CHECK_SKIP_BENCH=1 scripts/gpu-check.sh   # build and tests only
+#   GPU_CHECK_W1_SYNC_LEVELS="1 128" ...         # W1 again with --no-async-scheduling
 #   GPU_CHECK_CXXFLAGS='-include random' ...      # extra C++ flags (e.g. to get past a missing include
 #                                                 # that the GPU machine's newer g++ does not forgive)
 set -uo pipefail
@@ -146,6 +147,26 @@ PY
   fi
   kill $server 2>/dev/null; wait $server 2>/dev/null
   tail -3 "$out/serve.log"
+  note "serve start-up: $(grep -m1 -oE 'captured [0-9]+ decode graphs.*' "$out/serve.log")"
+fi
+
+# ----- W1 without async scheduling (GPU_CHECK_W1_SYNC_LEVELS="1 128"): the same client, side by side -
+if has pagellm && [ -n "${GPU_CHECK_W1_SYNC_LEVELS:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18433
+  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
+    --no-async-scheduling >"$out/serve_sync.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+  for level in $GPU_CHECK_W1_SYNC_LEVELS; do
+    prompts=$((level == 1 ? 6 : 4 * level))
+    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
+      --result-json "$out/w1_sync_c$level.json" >"$out/w1_sync_c$level.log" 2>&1
+    rc=$?
+    note "W1 sync (--no-async-scheduling) concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ')"
+  done
+  kill $server 2>/dev/null; wait $server 2>/dev/null
 fi
 
 # ----- nsys (GPU_CHECK_NSYS=1): a W1 concurrency-64 run under Nsight Systems ---------------------

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cache/kv_cache_budget.h"
+#include "engine/activation_profile.h"
 #include "core/logging.h"
 #include "engine/state_memory.h"
 #include "tokenizer/detokenizer.h"
@@ -67,14 +68,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
                            static_cast<int>(dtype_size_bytes(spec.kv_dtype))};
   const int64_t bytes_per_block = kv_bytes_per_block(shape);
   int64_t budget = config.kv_cache_memory_bytes;
-  if (budget <= 0) {
+  if (budget <= 0 && backend->device() == Device::kCpu) {
     const int64_t free_bytes = backend->free_memory_bytes();
     if (free_bytes <= 0) return invalid_argument("[engine] cannot tell free memory: give --kv-cache-memory BYTES");
-    if (backend->device() == Device::kCpu) {
-      budget = std::min<int64_t>(free_bytes / 4, kDefaultCpuKvCacheBytes);
-    } else {
-      budget = static_cast<int64_t>(static_cast<double>(free_bytes) * config.gpu_memory_utilization);
-    }
+    budget = std::min<int64_t>(free_bytes / 4, kDefaultCpuKvCacheBytes);
+  } else if (budget <= 0) {
+    // A GPU: the fraction of the memory left after the weights and the measured activations.
+    PAGELLM_ASSIGN_OR_RETURN(const ActivationProfile profile, profile_activations(*model, *backend, config));
+    budget = static_cast<int64_t>(static_cast<double>(profile.free_after_bytes) * config.gpu_memory_utilization);
+    LOG_INFO("[engine] activation workspace {:.1f} MiB (measured on a {}-token step); KV cache budget {:.2f} GiB = "
+             "{} x {:.2f} GiB free", static_cast<double>(profile.workspace_bytes) / (1 << 20),
+             config.max_num_batched_tokens, static_cast<double>(budget) / (1 << 30), config.gpu_memory_utilization,
+             static_cast<double>(profile.free_after_bytes) / (1 << 30));
   }
   PAGELLM_ASSIGN_OR_RETURN(budget, reserve_state_memory(spec, config, budget));  // hybrid models
   const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
@@ -114,8 +119,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
-  async_scheduling_ =
-      config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
+  async_scheduling_ = config.async_scheduling == 1;
   metrics_.update([&](EngineMetrics& m) {
     m.kv_blocks_total = num_blocks;
     m.block_size = config.block_size;

@@ -13,11 +13,11 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
-                     "fraction of free GPU memory for the KV cache")->capture_default_str();
+                     "fraction of the GPU memory free after the weights and a measured activation step that the KV cache takes")->capture_default_str();
   command.add_flag("--no-enable-prefix-caching{false},--enable-prefix-caching{true}", config.enable_prefix_caching,
                    "automatic prefix caching (on by default)");
   command.add_flag("--async-scheduling{1},--no-async-scheduling{0}", config.async_scheduling,
-                   "plan each step while the previous one runs (default: on for cuda, off for cpu)");
+                   "plan each step while the previous one runs on the device (off by default)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,
                      "at most this many prompt tokens per request per step (0 = off)")->capture_default_str();
 }

@@ -16,13 +16,14 @@ struct EngineConfig {
   int block_size = 16;
   int max_model_len = 0;              // 0: the model's max_position_embeddings, capped by the cache
   int64_t kv_cache_memory_bytes = 0;  // 0: a fraction of the memory free after loading the weights
-  double gpu_memory_utilization = 0.9;   // that fraction on a GPU (the CPU takes 25%, at most 4 GiB)
+  double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
+                                         // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
-  // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for
-  // GPUs, off on the CPU (whose steps run inline: planning ahead would only delay each token).
-  int async_scheduling = -1;
+  // Plan step N+1 while step N runs on the device (1), or commit each step first (0, the default:
+  // on an H100/H200 W1 runs no faster planned ahead; docs/PERFORMANCE.md has the A/B).
+  int async_scheduling = 0;
 };
 
 // Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len,

@@ -436,10 +436,10 @@ int ModelRunner::capture_decode_graphs(int max_num_seqs, int max_num_batched_tok
       pack(StepPlan{}, layout, slot, nullptr);
       upload(layout, slot);
       run_decode_graph(layout, slot);
+      backend_.synchronize();  // the next pack rewrites the host staging this step's copy reads
       ++captured;
     }
   }
-  backend_.synchronize();
   return captured;
 }
 

@@ -18,7 +18,7 @@ const fs::path kModel = kFixtures / "tied_gqa2_hd32_f32";
 int64_t kv_bytes_for_blocks(int64_t num_blocks, int block_size) { return num_blocks * 2 * 2 * block_size * 2 * 32 * 4; }
 
 // Async scheduling (plan step N+1 while step N runs, decode inputs taken from the running step's
-// sampled ids) is the GPU default; the CPU engine runs it too when asked, so these tests cover both.
+// sampled ids) runs on the CPU as on a GPU, so these tests cover both modes.
 constexpr int kSyncAndAsync[] = {0, 1};
 
 TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {

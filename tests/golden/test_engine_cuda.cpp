@@ -3,6 +3,7 @@
 // off, alone and batched, and with host-sampled rows (seeded sampling, logprobs) mixed into batches
 // of greedy rows. Skips where there is no GPU or no CUDA build.
 #include <cstdlib>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -26,12 +27,13 @@ TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
   for (const std::string& name : golden_fixture_names(kFixtures)) {
     if (name.find("f32") == std::string::npos) continue;
     const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
-    for (bool graphs : {true, false}) {
-      SCOPED_TRACE(name + (graphs ? " graphs" : " no graphs"));
+    for (auto [graphs, async] : {std::pair{true, 0}, std::pair{true, 1}, std::pair{false, 0}}) {
+      SCOPED_TRACE(name + (graphs ? " graphs" : " no graphs") + (async ? " async" : ""));
       {
         EngineConfig config;
         config.max_num_seqs = 1;
         config.enable_prefix_caching = false;
+        config.async_scheduling = async;
         auto llm = make_cuda_llm(kFixtures / name, config, graphs);
         ASSERT_TRUE(llm);
         for (size_t i = 0; i < cases.size(); ++i) {
@@ -46,6 +48,7 @@ TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {
         // prefill in chunks of at most 8 tokens so decode and prefill rows mix.
         EngineConfig config;
         config.max_num_batched_tokens = 8;
+        config.async_scheduling = async;
         auto llm = make_cuda_llm(kFixtures / name, config, graphs);
         ASSERT_TRUE(llm);
         std::vector<GenerateRequest> requests;
