@@ -119,7 +119,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
-  async_scheduling_ = config.async_scheduling == 1;
+  async_scheduling_ =
+      config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
   metrics_.update([&](EngineMetrics& m) {
     m.kv_blocks_total = num_blocks;
     m.block_size = config.block_size;

@@ -5,10 +5,10 @@
 //          ─▶ oldest step done? result = runner.finish(it) ─▶ updates = scheduler.commit(it, result)
 //          ─▶ publish(updates): detokenize, stop strings, channels
 //
-// With async scheduling (--async-scheduling) a step is committed only once the next one is queued
-// behind it, so the host plans, packs and publishes while the device computes: the next step's
-// decode inputs are the ids the running step samples, moved on the device (ModelRunner). Without
-// it (the default) each step is committed right after its launch.
+// With async scheduling (the default on GPUs) a step is committed only once the next one is
+// queued behind it, so the host plans, packs and publishes while the device computes: the next
+// step's decode inputs are the ids the running step samples, moved on the device (ModelRunner).
+// Without it (the CPU default, --no-async-scheduling) each step is committed right after launch.
 #pragma once
 
 #include <atomic>

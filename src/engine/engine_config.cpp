@@ -17,7 +17,7 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_flag("--no-enable-prefix-caching{false},--enable-prefix-caching{true}", config.enable_prefix_caching,
                    "automatic prefix caching (on by default)");
   command.add_flag("--async-scheduling{1},--no-async-scheduling{0}", config.async_scheduling,
-                   "plan each step while the previous one runs on the device (off by default)");
+                   "plan each step while the previous one runs (default: on for cuda, off for cpu)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,
                      "at most this many prompt tokens per request per step (0 = off)")->capture_default_str();
 }

@@ -21,9 +21,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
-  // Plan step N+1 while step N runs on the device (1), or commit each step first (0, the default:
-  // on an H100/H200 W1 runs no faster planned ahead; docs/PERFORMANCE.md has the A/B).
-  int async_scheduling = 0;
+  // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for
+  // GPUs, off on the CPU (whose steps run inline: planning ahead would only delay each token).
+  int async_scheduling = -1;
 };
 
 // Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len,
