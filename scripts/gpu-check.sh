@@ -110,22 +110,31 @@ if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ]; then
 fi
 
 # ----- W1 (anchors.md): bench serve against serve --device cuda -------------------------------
-if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
-  port=18431
-  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
-    >"$out/serve.log" 2>&1 &
+# start_w1_server PORT LOG [serve flags...]: serves /tmp/qwen3-0.6b (pid in $server), waits for the port.
+start_w1_server() {
+  local port=$1 log=$2
+  shift 2
+  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port "$port" --max-num-seqs 128 \
+    --served-model-name qwen3-0.6b "$@" >"$log" 2>&1 &
   server=$!
   for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
-  for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do
-    prompts=$((level == 1 ? 6 : 4 * level))
-    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
-      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
-      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
-      --result-json "$out/w1_c$level.json" >"$out/w1_c$level.log" 2>&1
-    rc=$?
-    tail -4 "$out/w1_c$level.log"
-    note "W1 concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_c$level.log" | head -1 | tr -s ' ')"
-  done
+}
+# w1_level PORT TAG LEVEL LABEL: one W1 run at concurrency LEVEL, logs in $out/w1_${TAG}c$LEVEL.*
+w1_level() {
+  local port=$1 level=$3 label=$4 log="$out/w1_$2c$3"
+  local prompts=$((level == 1 ? 6 : 4 * level))
+  timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
+    --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+    --request-rate inf --max-concurrency "$level" --num-prompts $prompts --no-progress \
+    --result-json "$log.json" >"$log.log" 2>&1
+  local rc=$?
+  tail -4 "$log.log"
+  note "$label concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$log.log" | head -1 | tr -s ' ')"
+}
+if has pagellm && [ -z "${GPU_CHECK_SKIP_BENCH:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18431
+  start_w1_server $port "$out/serve.log"
+  for level in ${GPU_CHECK_W1_LEVELS:-1 16 64}; do w1_level $port "" "$level" "W1"; done
   # Soak (GPU_CHECK_SOAK=N): N requests of mixed lengths (prompts 51-972, outputs 12-243 tokens) at
   # concurrency 128 against the same server; then nothing may run, wait or hold a KV block.
   if [ -n "${GPU_CHECK_SOAK:-}" ]; then
@@ -152,20 +161,8 @@ fi
 
 # ----- W1 without async scheduling (GPU_CHECK_W1_SYNC_LEVELS="1 128"): the same client, side by side -
 if has pagellm && [ -n "${GPU_CHECK_W1_SYNC_LEVELS:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
-  port=18433
-  "$build/src/pagellm" serve --model /tmp/qwen3-0.6b --device cuda --port $port --max-num-seqs 128 --served-model-name qwen3-0.6b \
-    --no-async-scheduling >"$out/serve_sync.log" 2>&1 &
-  server=$!
-  for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
-  for level in $GPU_CHECK_W1_SYNC_LEVELS; do
-    prompts=$((level == 1 ? 6 : 4 * level))
-    timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
-      --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
-      --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
-      --result-json "$out/w1_sync_c$level.json" >"$out/w1_sync_c$level.log" 2>&1
-    rc=$?
-    note "W1 sync (--no-async-scheduling) concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$out/w1_sync_c$level.log" | head -1 | tr -s ' ')"
-  done
+  start_w1_server 18433 "$out/serve_sync.log" --no-async-scheduling
+  for level in $GPU_CHECK_W1_SYNC_LEVELS; do w1_level 18433 sync_ "$level" "W1 sync (--no-async-scheduling)"; done
   kill $server 2>/dev/null; wait $server 2>/dev/null
 fi
 

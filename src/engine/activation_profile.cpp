@@ -32,9 +32,8 @@ Expected<ActivationProfile> profile_activations(Model& model, Backend& backend, 
     plan.block_size = config.block_size;
     plan.rows.push_back(std::move(row));
     (void)runner.execute(plan);
-    backend.synchronize();
   }  // the runner's cache and step buffers go; the model's activations and backend scratch stay
-  backend.synchronize();
+  backend.synchronize();  // the runner's buffers are freed in stream order: back in the pool after this
   const int64_t free_after = backend.free_memory_bytes();
   return ActivationProfile{std::max<int64_t>(free_before - free_after, 0), free_after};
 }

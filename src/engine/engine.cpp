@@ -288,13 +288,13 @@ void Engine::step() {
 }
 
 void Engine::finish_oldest_step() {
-  LaunchedStep step = std::move(launched_.front());
+  LaunchedStep oldest = std::move(launched_.front());
   launched_.pop_front();
-  StepResult result = runner_->finish(step.plan);
-  std::vector<RequestUpdate> updates = scheduler_->commit(step.plan, result);
+  StepResult result = runner_->finish(oldest.plan);
+  std::vector<RequestUpdate> updates = scheduler_->commit(oldest.plan, result);
   // A step's time: from its launch, or from the previous step's end when it queued behind it.
   const auto now = Clock::now();
-  const double step_s = seconds_between(std::max(step.launched, last_finish_), now);
+  const double step_s = seconds_between(std::max(oldest.launched, last_finish_), now);
   last_finish_ = now;
   // Step time and gauges are recorded before publishing, so whoever receives a request's last
   // output already sees the step that produced it counted.

@@ -297,22 +297,16 @@ TensorView ModelRunner::device_staging(const StepSlot& slot) const {
 
 void ModelRunner::upload(const StepLayout& layout, const StepSlot& slot) {
   const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
-  const TensorView staging = device_staging(slot);
   if (backend_.device() != Device::kCpu)
-    backend_.copy(staging.slice_rows(0, bytes), slot.staging_host.view().slice_rows(0, bytes));
+    backend_.copy(staging_.view().slice_rows(0, bytes), slot.staging_host.view().slice_rows(0, bytes));
   if (layout.num_placeholders == 0) return;
-  const TensorView as_ids(staging.data, {bytes / 4}, DType::kI32, staging.device);  // [bytes / 4] i32
-  const TensorView pairs(static_cast<char*>(staging.data) + layout.placeholders, {layout.num_placeholders, 2},
-                         DType::kI32, staging.device);
-  backend_.copy_ids(as_ids, sampled_ids_.view(), pairs);
+  backend_.copy_ids(staged(slot, 0, {bytes / 4}, DType::kI32),  // the whole layout as i32
+                    sampled_ids_.view(), staged(slot, layout.placeholders, {layout.num_placeholders, 2}, DType::kI32));
 }
 
 StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& slot, int32_t max_seqlen_q,
                                      int32_t max_seqlen_k) const {
-  const TensorView staging = device_staging(slot);
-  char* base = static_cast<char*>(staging.data);
-  const Device device = staging.device;
-  auto view = [&](size_t offset, Shape shape, DType dtype) { return TensorView(base + offset, shape, dtype, device); };
+  auto view = [&](size_t offset, Shape shape, DType dtype) { return staged(slot, offset, shape, dtype); };
   StepBatch batch;
   batch.num_tokens = layout.num_tokens;
   batch.num_seqs = layout.num_seqs;
@@ -456,9 +450,13 @@ StepResult ModelRunner::finish(const StepPlan& plan) {
   return read_back(plan, slot);
 }
 
-TensorView ModelRunner::staged(const StepSlot& slot, size_t offset, int64_t rows, int64_t row_bytes) const {
+TensorView ModelRunner::staged(const StepSlot& slot, size_t offset, Shape shape, DType dtype) const {
   const TensorView staging = device_staging(slot);
-  return TensorView(static_cast<char*>(staging.data) + offset, {rows, row_bytes}, DType::kU8, staging.device);
+  return TensorView(static_cast<char*>(staging.data) + offset, shape, dtype, staging.device);
+}
+
+TensorView ModelRunner::staged_rows(const StepSlot& slot, size_t offset, int64_t rows, size_t row_bytes) const {
+  return staged(slot, offset, {rows, static_cast<int64_t>(row_bytes)}, DType::kU8);
 }
 
 void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& layout, const StepSlot& slot) {
@@ -473,24 +471,22 @@ void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& l
   const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab], raw
   const TensorView ids = sampled_ids_.view().slice_rows(0, layout.num_ids());
   if (any_draw)
-    backend_.sample(ids.slice_rows(0, rows), logits, staged(slot, layout.sample_params, rows, sizeof(sampling::RowParams)));
+    backend_.sample(ids.slice_rows(0, rows), logits, staged_rows(slot, layout.sample_params, rows, sizeof(sampling::RowParams)));
   if (penalised > 0) {
     const TensorView penalised_logits = penalised_logits_.view().slice_rows(0, penalised);  // [P, vocab] f32
-    const TensorView staging = device_staging(slot);
-    const TensorView history(static_cast<char*>(staging.data) + layout.history, {layout.num_history_ids}, DType::kI32,
-                             staging.device);
+    const TensorView history = staged(slot, layout.history, {layout.num_history_ids}, DType::kI32);
     backend_.apply_penalties(penalised_logits, logits,
-                             staged(slot, layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
+                             staged_rows(slot, layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
     const TensorView penalised_ids = ids.slice_rows(rows, rows + penalised);
     backend_.argmax(penalised_ids, penalised_logits);
     if (any_penalised_draw)
       backend_.sample(penalised_ids, penalised_logits,
-                      staged(slot, layout.penalty_params, penalised, sizeof(sampling::RowParams)));
+                      staged_rows(slot, layout.penalty_params, penalised, sizeof(sampling::RowParams)));
   }
   if (layout.num_logprob_rows > 0) {
     const int64_t n = layout.num_logprob_rows;
     backend_.logprobs(logprob_ids_.view().slice_rows(0, n), logprob_values_.view().slice_rows(0, n), logits, ids,
-                      staged(slot, layout.logprob_rows, n, sizeof(sampling::LogprobRow)));
+                      staged_rows(slot, layout.logprob_rows, n, sizeof(sampling::LogprobRow)));
   }
 }
 

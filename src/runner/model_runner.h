@@ -100,8 +100,10 @@ class ModelRunner {
   void queue_read_back(const StepLayout& layout, StepSlot& slot);
   // Builds the result from the slot's host buffers, once the step is done.
   StepResult read_back(const StepPlan& plan, const StepSlot& slot) const;
-  // [rows, row_bytes] u8 at `offset` of the device staging buffer of `slot`.
-  TensorView staged(const StepSlot& slot, size_t offset, int64_t rows, int64_t row_bytes) const;
+  // A view at byte `offset` of the staging buffer the device reads `slot`'s inputs from, and the
+  // [rows, row_bytes] u8 form the sampling ops take.
+  TensorView staged(const StepSlot& slot, size_t offset, Shape shape, DType dtype) const;
+  TensorView staged_rows(const StepSlot& slot, size_t offset, int64_t rows, size_t row_bytes) const;
 
   Model& model_;
   Backend& backend_;

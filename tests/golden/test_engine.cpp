@@ -18,21 +18,23 @@ const fs::path kModel = kFixtures / "tied_gqa2_hd32_f32";
 int64_t kv_bytes_for_blocks(int64_t num_blocks, int block_size) { return num_blocks * 2 * 2 * block_size * 2 * 32 * 4; }
 
 // Async scheduling (plan step N+1 while step N runs, decode inputs taken from the running step's
-// sampled ids) runs on the CPU as on a GPU, so these tests cover both modes.
-constexpr int kSyncAndAsync[] = {0, 1};
+// sampled ids) runs on the CPU as on a GPU, so the EngineModes tests run in both modes; the
+// parameter is EngineConfig::async_scheduling.
+class EngineModes : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(SyncAndAsync, EngineModes, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) { return info.param ? "async" : "sync"; });
 
-TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
+TEST_P(EngineModes, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
   for (const std::string& name : golden_fixture_names(kFixtures)) {
-   for (int async : kSyncAndAsync) {
     if (name.find("f32") == std::string::npos) continue;
-    SCOPED_TRACE(name + (async ? " async" : " sync"));
+    SCOPED_TRACE(name);
     const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
     // max_num_seqs 1, no prefix caching: each prompt alone.
     {
       EngineConfig config;
       config.max_num_seqs = 1;
       config.enable_prefix_caching = false;
-      config.async_scheduling = async;
+      config.async_scheduling = GetParam();
       auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
       for (size_t i = 0; i < cases.size(); ++i) {
@@ -46,7 +48,7 @@ TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
     {
       EngineConfig config;
       config.max_num_batched_tokens = 8;
-      config.async_scheduling = async;
+      config.async_scheduling = GetParam();
       auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
       std::vector<GenerateRequest> requests;
@@ -55,7 +57,6 @@ TEST(Engine, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
       for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
       EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
     }
-   }
   }
 }
 
@@ -126,12 +127,10 @@ TEST(Engine, BlockExhaustionPreemptsAndStillMatchesUnconstrainedRun) {
   }
 }
 
-TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
- for (int async : kSyncAndAsync) {
-  SCOPED_TRACE(async ? "async" : "sync");
+TEST_P(EngineModes, PrefixCacheHitsGiveIdenticalTokens) {
   EngineConfig config;
   config.block_size = 16;
-  config.async_scheduling = async;
+  config.async_scheduling = GetParam();
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   std::mt19937 rng(3);
@@ -155,14 +154,11 @@ TEST(Engine, PrefixCacheHitsGiveIdenticalTokens) {
   const EngineMetrics m = llm->engine().metrics();
   EXPECT_GT(m.prefix_cache_hit_tokens, 0u);
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
- }
 }
 
-TEST(Engine, SeededSamplingIsBatchInvariant) {
- for (int async : kSyncAndAsync) {
-  SCOPED_TRACE(async ? "async" : "sync");
+TEST_P(EngineModes, SeededSamplingIsBatchInvariant) {
   EngineConfig config;
-  config.async_scheduling = async;
+  config.async_scheduling = GetParam();
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto seeded = [](std::vector<TokenId> prompt) {
@@ -185,17 +181,14 @@ TEST(Engine, SeededSamplingIsBatchInvariant) {
   GenerateRequest other = seeded(prompt);
   other.sampling.seed = 99;
   EXPECT_NE(llm->generate({std::move(other)})[0].token_ids, alone[0].token_ids);
- }
 }
 
 // Every row samples through the Backend ops (penalties, the draw, logprobs) in the paged engine; the
 // contiguous reference path samples with sample_token on the host. Penalised, seeded and logprob rows
 // mixed into a batch with greedy rows give the reference's tokens and logprobs.
-TEST(Engine, PenaltiesSeedsAndLogprobsMatchTheHostSampler) {
- for (int async : kSyncAndAsync) {
-  SCOPED_TRACE(async ? "async" : "sync");
+TEST_P(EngineModes, PenaltiesSeedsAndLogprobsMatchTheHostSampler) {
   EngineConfig config;
-  config.async_scheduling = async;
+  config.async_scheduling = GetParam();
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto backend = make_backend("cpu");
@@ -252,7 +245,6 @@ TEST(Engine, PenaltiesSeedsAndLogprobsMatchTheHostSampler) {
     }
   }
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
- }
 }
 
 TEST(Engine, RejectsBadRequestsUpFront) {
@@ -271,11 +263,9 @@ TEST(Engine, RejectsBadRequestsUpFront) {
   EXPECT_FALSE(llm->engine().submit(std::move(bad_p)).has_value());
 }
 
-TEST(Engine, AbortFreesBlocks) {
- for (int async : kSyncAndAsync) {
-  SCOPED_TRACE(async ? "async" : "sync");
+TEST_P(EngineModes, AbortFreesBlocks) {
   EngineConfig config;
-  config.async_scheduling = async;
+  config.async_scheduling = GetParam();
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
   auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
@@ -289,7 +279,6 @@ TEST(Engine, AbortFreesBlocks) {
   for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
- }
 }
 
 }  // namespace

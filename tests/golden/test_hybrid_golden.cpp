@@ -212,22 +212,22 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGolden, ::testing::ValuesIn(golden_fixt
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HybridGolden);
 
 TEST(HybridEngine, AbortFreesTheStateSlot) {
- for (int async : {0, 1}) {
-  SCOPED_TRACE(async ? "async" : "sync");
-  EngineConfig config;
-  config.async_scheduling = async;
-  auto llm = make_test_llm(kFixtures / "qwen3_5_text_tiny_f32", config);
-  ASSERT_TRUE(llm);
-  auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
-  ASSERT_TRUE(channel.has_value());
-  ASSERT_TRUE((*channel)->next().has_value());
-  llm->engine().abort((*channel)->id());
-  while ((*channel)->next()) {
+  for (int async : {0, 1}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    EngineConfig config;
+    config.async_scheduling = async;
+    auto llm = make_test_llm(kFixtures / "qwen3_5_text_tiny_f32", config);
+    ASSERT_TRUE(llm);
+    auto channel = llm->engine().submit(greedy_request({1, 2, 3}, 200));
+    ASSERT_TRUE(channel.has_value());
+    ASSERT_TRUE((*channel)->next().has_value());
+    llm->engine().abort((*channel)->id());
+    while ((*channel)->next()) {
+    }
+    for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
   }
-  for (int i = 0; i < 100 && !llm->engine().is_idle_and_leak_free(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
- }
 }
 
 }  // namespace
