@@ -33,6 +33,8 @@ struct ServeArgs {
   int port = 8000;
   size_t max_body_bytes = 16 * 1024 * 1024;
   int max_connections = 8192;
+  int max_connections_per_client = 4096;
+  size_t max_inflight_body_bytes = 256u << 20;
   double header_timeout_s = 10.0;
   EngineConfig engine;
 };
@@ -144,6 +146,8 @@ void run_serve(ServeArgs& args) {
   options.host = args.host;
   options.port = args.port;
   options.max_connections = args.max_connections;
+  options.max_connections_per_client = args.max_connections_per_client;
+  options.max_inflight_body_bytes = args.max_inflight_body_bytes;
   options.limits.max_body_bytes = args.max_body_bytes;
   options.limits.head_timeout_ms = static_cast<int>(args.header_timeout_s * 1000.0);
   server::HttpServer http(options, server::make_api_handler(context),
@@ -184,6 +188,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template, "Jinja chat template file (default: tokenizer_config.json's)");
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "request body size limit (larger: 413)")->capture_default_str();
   cmd->add_option("--max-connections", args->max_connections, "open connections at most (more: 503)")->capture_default_str();
+  cmd->add_option("--max-connections-per-client", args->max_connections_per_client,
+                  "open connections from one client address at most (more: 503; 0 = no cap)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-inflight-body-bytes", args->max_inflight_body_bytes,
+                  "request bodies being read or handled hold this many bytes together at most (more: 503)")
+      ->capture_default_str();
   cmd->add_option("--header-timeout-s", args->header_timeout_s,
                   "a request head must arrive within this time from its first byte (slow clients: 408)")
       ->capture_default_str()->check(CLI::PositiveNumber);

@@ -57,8 +57,9 @@ Status SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     return invalid_argument("[sampling] frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   }
-  if (!(repetition_penalty > 0.0f)) {
-    return invalid_argument("[sampling] repetition_penalty must be > 0, got {}", repetition_penalty);
+  // Logits are divided by it in float: smaller penalties overflow them to inf.
+  if (!(repetition_penalty >= 1e-6f && repetition_penalty <= 1e6f)) {
+    return invalid_argument("[sampling] repetition_penalty must be in [1e-06, 1e+06], got {}", repetition_penalty);
   }
   if (num_logprobs && *num_logprobs < 0) {
     return invalid_argument("[sampling] logprobs must be >= 0, got {}", *num_logprobs);

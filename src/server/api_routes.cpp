@@ -1,8 +1,12 @@
 #include "server/api_routes.h"
 
+#include <cctype>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string_view>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -42,12 +46,17 @@ bool keys_equal(std::string_view given, std::string_view expected) {
   return diff == 0;
 }
 
+// "Authorization: Bearer KEY"; the scheme name is case-insensitive (RFC 9110 §11.1).
 bool is_authorized(const ServingContext& context, const HttpRequest& request) {
   if (context.api_key.empty()) return true;
   const std::string* header = request.header("authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (!header || header->size() < kBearer.size() || header->compare(0, kBearer.size(), kBearer) != 0) return false;
-  return keys_equal(std::string_view(*header).substr(kBearer.size()), context.api_key);
+  constexpr std::string_view kBearer = "bearer ";
+  if (!header || header->size() < kBearer.size()) return false;
+  for (size_t i = 0; i < kBearer.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>((*header)[i])) != kBearer[i]) return false;
+  std::string_view key = std::string_view(*header).substr(kBearer.size());
+  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  return keys_equal(key, context.api_key);
 }
 
 void handle_models(const ServingContext& context, const HttpRequest&, ResponseWriter& writer) {
@@ -135,6 +144,54 @@ void handle_detokenize(const ServingContext& context, const HttpRequest& request
   writer.respond(json_response(Json{{"prompt", context.tokenizer->decode(ids, /*skip_special_tokens=*/false)}}));
 }
 
+// True when no step of the tokenizer.json pipeline can drop text outright: normalizers that only
+// rewrite (NFC..NFKD, Prepend, Replace by nothing shorter), pre-tokenizers that keep every byte
+// (Split without "Removed", ByteLevel, Metaspace, Digits), no fused unknown runs.
+bool keeps_all_text(const nlohmann::json& step, bool is_normalizer) {
+  if (step.is_null()) return true;
+  if (!step.is_object()) return false;
+  const std::string type = step.value("type", "");
+  if (type == "Sequence") {
+    const nlohmann::json& items = step.contains("normalizers") ? step["normalizers"] : step["pretokenizers"];
+    if (!items.is_array()) return false;
+    for (const auto& item : items)
+      if (!keeps_all_text(item, is_normalizer)) return false;
+    return true;
+  }
+  if (is_normalizer) {
+    if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD" || type == "Prepend") return true;
+    if (type != "Replace" || !step.contains("pattern") || !step["pattern"].contains("String")) return false;
+    const auto& pattern = step["pattern"]["String"];
+    const auto& content = step["content"];
+    return pattern.is_string() && content.is_string() &&
+           content.get<std::string>().size() >= pattern.get<std::string>().size();
+  }
+  if (type == "ByteLevel" || type == "Metaspace" || type == "Digits") return true;
+  return type == "Split" && step.value("behavior", "") != "Removed";
+}
+
+// The prompt length in bytes past which a text prompt cannot fit in max_model_len tokens, so it is
+// refused before tokenizing (a 16 MiB prompt would cost seconds of CPU first). Each token stands
+// for at most L bytes of normalized text, L the longest token string (never shorter than the bytes
+// it decodes to: byte-level "Ġ" forms, "▁" for a space, "<0x41>"); Unicode normalization shrinks
+// text at most 4 times (NFKC: a 4-byte letter becomes 1 byte). So B bytes give at least B / (4 L)
+// tokens, and B > 4 L max_model_len bytes cannot fit. A pipeline that may drop text has no such
+// bound: 0, no check.
+size_t prompt_byte_limit(const Tokenizer& tokenizer, const std::string& model_dir, int max_model_len) {
+  std::ifstream in(std::filesystem::path(model_dir) / "tokenizer.json", std::ios::binary);
+  if (!in || max_model_len <= 0) return 0;
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object() || !keeps_all_text(config.value("normalizer", nlohmann::json()), true) ||
+      !keeps_all_text(config.value("pre_tokenizer", nlohmann::json()), false))
+    return 0;
+  if (config.contains("model") && config["model"].value("fuse_unk", false)) return 0;
+  size_t longest_token_bytes = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    longest_token_bytes = std::max(longest_token_bytes, tokenizer.id_to_token(id).size());
+  constexpr size_t kMaxNormalizationShrink = 4;
+  return std::max<size_t>(longest_token_bytes, 4) * kMaxNormalizationShrink * static_cast<size_t>(max_model_len);
+}
+
 const std::vector<Route>& routes() {
   static const std::vector<Route> table = {
       {"POST", "/v1/completions", true, handle_completions},
@@ -149,32 +206,51 @@ const std::vector<Route>& routes() {
   return table;
 }
 
+// The route of a request, or the response that refuses it (404, 405 with Allow, 401): decided from
+// the head alone, so refused bodies are never read.
+std::variant<const Route*, HttpResponse> resolve(const ServingContext& context, const HttpRequest& request) {
+  std::string allowed;
+  for (const Route& route : routes()) {
+    if (route.path != request.path) continue;
+    if (route.method != request.method) {
+      allowed += allowed.empty() ? std::string(route.method) : ", " + std::string(route.method);
+      continue;
+    }
+    if (route.needs_api_key && !is_authorized(context, request))
+      return error_response(ApiError{401, "[auth] missing or wrong API key: send 'Authorization: Bearer KEY'", "",
+                                     "invalid_api_key"});
+    return &route;
+  }
+  if (!allowed.empty()) {
+    HttpResponse response = error_response(ApiError{
+        405, fmt::format("[http] {} is not allowed on {} (allowed: {})", request.method, request.path, allowed), "",
+        "method_not_allowed"});
+    response.extra_headers.emplace_back("Allow", allowed);
+    return response;
+  }
+  return error_response(ApiError{404, fmt::format("[http] no route {} {}", request.method, request.path), "",
+                                 "not_found"});
+}
+
 }  // namespace
 
-HttpHandler make_api_handler(std::shared_ptr<const ServingContext> context) {
-  return [context](const HttpRequest& request, ResponseWriter& writer) {
-    bool path_known = false;
-    for (const Route& route : routes()) {
-      if (route.path != request.path) continue;
-      path_known = true;
-      if (route.method != request.method) continue;
-      if (route.needs_api_key && !is_authorized(*context, request)) {
-        writer.respond(error_response(ApiError{401, "[auth] missing or wrong API key: send 'Authorization: Bearer KEY'",
-                                               "", "invalid_api_key"}));
-        return;
-      }
-      route.handle(*context, request, writer);
-      return;
-    }
-    if (path_known) {
-      ApiError error{405, fmt::format("[http] {} is not allowed on {}", request.method, request.path), "",
-                     "method_not_allowed"};
-      writer.respond(error_response(error));
-      return;
-    }
-    writer.respond(error_response(ApiError{404, fmt::format("[http] no route {} {}", request.method, request.path), "",
-                                           "not_found"}));
+HttpService make_api_handler(std::shared_ptr<const ServingContext> context) {
+  auto filled = std::make_shared<ServingContext>(*context);
+  if (filled->tokenizer && filled->max_prompt_bytes == 0)
+    filled->max_prompt_bytes = prompt_byte_limit(*filled->tokenizer, filled->model_dir, filled->max_model_len);
+  HttpService service;
+  service.screen_head = [filled](const HttpRequest& head) -> std::optional<HttpResponse> {
+    auto resolved = resolve(*filled, head);
+    if (auto* refused = std::get_if<HttpResponse>(&resolved)) return std::move(*refused);
+    return std::nullopt;
   };
+  service.handle = [filled](const HttpRequest& request, ResponseWriter& writer) {
+    auto resolved = resolve(*filled, request);
+    if (auto* refused = std::get_if<HttpResponse>(&resolved)) return (void)writer.respond(*refused);
+    std::get<const Route*>(resolved)->handle(*filled, request, writer);
+  };
+  service.quick_paths = {"/health"};
+  return service;
 }
 
 }  // namespace pagellm::server

@@ -4,6 +4,10 @@
 //   POST /v1/completions  /v1/chat/completions  /tokenize  /detokenize     (API key when set)
 //   GET  /v1/models                                                       (API key when set)
 //   GET  /health  /metrics  /version                                      (always open)
+//
+// Routing and the API key are checked on the head, before the body is read (HttpService::screen_head):
+// 404 unknown path, 405 other method (with Allow; HEAD included, answered without a body), 401.
+// /health is a quick path: answered even when every connection slot is taken.
 #pragma once
 
 #include <memory>
@@ -13,6 +17,6 @@
 
 namespace pagellm::server {
 
-HttpHandler make_api_handler(std::shared_ptr<const ServingContext> context);
+HttpService make_api_handler(std::shared_ptr<const ServingContext> context);
 
 }  // namespace pagellm::server

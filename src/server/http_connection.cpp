@@ -1,9 +1,11 @@
 #include "server/http_connection.h"
 
+#include <malloc.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -20,21 +22,32 @@ int ms_left(Clock::time_point deadline) {
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
-constexpr int kStopCheckMs = 200;  // how often a waiting connection looks at the stop flag
+constexpr int kStopCheckMs = 200;  // how often a waiting connection looks at the stop flag and the load
+constexpr size_t kTrimAfterBodyBytes = 1 << 20;
 
 }  // namespace
 
-HttpConnection::HttpConnection(int fd, const HttpLimits& limits, const std::atomic<bool>& stopping,
-                               ErrorResponseFn error_response)
-    : fd_(fd), limits_(limits), stopping_(stopping), error_response_(std::move(error_response)) {}
+bool BodyBudget::try_reserve(size_t num_bytes) {
+  size_t used = used_bytes_.load();
+  do {
+    if (num_bytes > limit_bytes_ - std::min(used, limit_bytes_)) return false;
+  } while (!used_bytes_.compare_exchange_weak(used, used + num_bytes));
+  return true;
+}
 
-HttpConnection::~HttpConnection() { ::close(fd_); }
+HttpConnection::HttpConnection(int fd, const HttpLimits& limits, ServerLoad& load, ErrorResponseFn error_response)
+    : fd_(fd), limits_(limits), load_(load), error_response_(std::move(error_response)) {}
 
-HttpConnection::Wait HttpConnection::wait_readable(int timeout_ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+HttpConnection::~HttpConnection() {
+  release_body();
+  ::close(fd_);
+}
+
+HttpConnection::Wait HttpConnection::wait_readable(Clock::time_point since, int timeout_ms) {
   for (;;) {
-    if (stopping_.load()) return Wait::kStopping;
-    const int left = ms_left(deadline);
+    if (load_.stopping.load()) return Wait::kStopping;
+    const int limit_ms = load_.slots_low.load() ? std::min(timeout_ms, limits_.busy_timeout_ms) : timeout_ms;
+    const int left = ms_left(since + std::chrono::milliseconds(limit_ms));
     pollfd pfd{fd_, POLLIN, 0};
     const int ready = ::poll(&pfd, 1, std::min(left, kStopCheckMs));
     if (ready > 0) return Wait::kReady;
@@ -56,14 +69,13 @@ bool HttpConnection::receive_some() {
   }
 }
 
-// Reads until buffer_ holds `size` bytes (or, with npos, the end of a head) within timeout_ms.
-bool HttpConnection::read_until(size_t size, int timeout_ms, bool& timed_out) {
+// Reads until buffer_ holds the end of a head (or more than max_head_bytes: the caller answers 431).
+bool HttpConnection::read_head(bool& timed_out) {
   timed_out = false;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  auto done = [&] { return size == std::string::npos ? buffer_.find("\r\n\r\n") != std::string::npos : buffer_.size() >= size; };
-  while (!done()) {
-    if (size == std::string::npos && buffer_.size() > limits_.max_head_bytes) return true;  // caller answers 431
-    const Wait wait = wait_readable(ms_left(deadline));
+  const Clock::time_point started = Clock::now();
+  while (buffer_.find("\r\n\r\n") == std::string::npos) {
+    if (buffer_.size() > limits_.max_head_bytes) return true;
+    const Wait wait = wait_readable(started, limits_.head_timeout_ms);
     if (wait == Wait::kStopping) return false;
     if (wait == Wait::kTimeout) {
       timed_out = true;
@@ -74,61 +86,119 @@ bool HttpConnection::read_until(size_t size, int timeout_ms, bool& timed_out) {
   return true;
 }
 
-HttpConnection::ReadOutcome HttpConnection::read_request(HttpRequest& request) {
-  if (buffer_.empty()) {
-    if (wait_readable(limits_.idle_timeout_ms) != Wait::kReady || !receive_some()) return ReadOutcome::kClosed;
+// Moves num_bytes of body into `body`: what buffer_ already holds, then straight from the socket
+// (never more, so a pipelined request stays unread). The capacity is reserved once; pages are only
+// touched as bytes arrive.
+bool HttpConnection::read_body(size_t num_bytes, std::string& body, bool& timed_out) {
+  timed_out = false;
+  body.reserve(num_bytes);
+  const size_t buffered = std::min(num_bytes, buffer_.size());
+  body.assign(buffer_, 0, buffered);
+  buffer_.erase(0, buffered);
+  const Clock::time_point started = Clock::now();
+  char chunk[65536];
+  while (body.size() < num_bytes) {
+    const Wait wait = wait_readable(started, limits_.body_timeout_ms);
+    if (wait == Wait::kStopping) return false;
+    if (wait == Wait::kTimeout) {
+      timed_out = true;
+      return false;
+    }
+    const ssize_t n = ::recv(fd_, chunk, std::min(sizeof(chunk), num_bytes - body.size()), 0);
+    if (n > 0) body.append(chunk, static_cast<size_t>(n));
+    else if (!(n < 0 && errno == EINTR)) return false;
   }
-  bool timed_out = false;
-  if (!read_until(std::string::npos, limits_.head_timeout_ms, timed_out)) {
-    if (timed_out) reject(408, "[http] request head not received in time");
-    return ReadOutcome::kClosed;
-  }
-  const size_t head_end = buffer_.find("\r\n\r\n");
-  if (head_end == std::string::npos || head_end > limits_.max_head_bytes) {
-    reject(431, fmt::format("[http] request head larger than {} bytes", limits_.max_head_bytes));
-    return ReadOutcome::kClosed;
-  }
-  Expected<HttpRequest> parsed = parse_request_head(std::string_view(buffer_).substr(0, head_end));
-  if (!parsed.has_value()) {
-    reject(400, parsed.status().message());
-    return ReadOutcome::kClosed;
-  }
-  request = std::move(parsed).value();
-  Expected<BodyFraming> framing = body_framing(request);
-  if (!framing.has_value()) {
-    reject(400, framing.status().message());
-    return ReadOutcome::kClosed;
-  }
-  if (framing->is_chunked) {
-    reject(411, "[http] chunked request bodies are not supported; send Content-Length");
-    return ReadOutcome::kClosed;
-  }
-  if (framing->content_length > limits_.max_body_bytes) {
-    reject(413, fmt::format("[http] request body of {} bytes exceeds the limit of {} bytes (--max-body-bytes)",
-                            framing->content_length, limits_.max_body_bytes));
-    return ReadOutcome::kClosed;
-  }
-  buffer_.erase(0, head_end + 4);
-  if (framing->expects_continue && buffer_.size() < framing->content_length &&
-      !send_all("HTTP/1.1 100 Continue\r\n\r\n"))
-    return ReadOutcome::kClosed;
-  if (!read_until(framing->content_length, limits_.body_timeout_ms, timed_out)) {
-    if (timed_out) reject(408, "[http] request body not received in time");
-    return ReadOutcome::kClosed;
-  }
-  request.body = buffer_.substr(0, framing->content_length);
-  buffer_.erase(0, framing->content_length);
-  return ReadOutcome::kRequest;
+  return true;
 }
 
-void HttpConnection::begin_exchange(bool keep_alive) {
-  keep_alive_ = keep_alive;
+bool HttpConnection::answer_early(const HttpRequest& request, const HttpResponse& response, bool body_unread) {
+  begin_exchange(request);
+  if (body_unread) keep_alive_ = false;
+  respond(response);
+  if (keep_alive_ && !broken_ && !load_.stopping.load()) return true;
+  lingering_close();
+  return false;
+}
+
+HttpConnection::ReadOutcome HttpConnection::read_request(HttpRequest& request, const HeadScreenFn& screen) {
+  for (;;) {
+    if (buffer_.empty()) {
+      if (wait_readable(Clock::now(), limits_.idle_timeout_ms) != Wait::kReady || !receive_some())
+        return ReadOutcome::kClosed;
+    }
+    bool timed_out = false;
+    if (!read_head(timed_out)) {
+      if (timed_out) reject(408, "[http] request head not received in time");
+      return ReadOutcome::kClosed;
+    }
+    const size_t head_end = buffer_.find("\r\n\r\n");
+    if (head_end == std::string::npos || head_end > limits_.max_head_bytes) {
+      reject(431, fmt::format("[http] request head larger than {} bytes", limits_.max_head_bytes));
+      return ReadOutcome::kClosed;
+    }
+    Expected<HttpRequest> parsed = parse_request_head(std::string_view(buffer_).substr(0, head_end));
+    if (!parsed.has_value()) {
+      reject(400, parsed.status().message());
+      return ReadOutcome::kClosed;
+    }
+    request = std::move(parsed).value();
+    Expected<BodyFraming> framing = body_framing(request);
+    if (!framing.has_value()) {
+      reject(400, framing.status().message());
+      return ReadOutcome::kClosed;
+    }
+    if (framing->is_chunked) {
+      reject(411, "[http] chunked request bodies are not supported; send Content-Length");
+      return ReadOutcome::kClosed;
+    }
+    buffer_.erase(0, head_end + 4);
+    const size_t body_bytes = framing->content_length;
+    if (std::optional<HttpResponse> early = screen ? screen(request) : std::nullopt) {
+      if (answer_early(request, *early, body_bytes > 0)) continue;
+      return ReadOutcome::kClosed;
+    }
+    if (body_bytes > limits_.max_body_bytes) {
+      reject(413, fmt::format("[http] request body of {} bytes exceeds the limit of {} bytes (--max-body-bytes)",
+                              body_bytes, limits_.max_body_bytes));
+      return ReadOutcome::kClosed;
+    }
+    if (!load_.body_budget.try_reserve(body_bytes)) {
+      HttpResponse busy = error_response_(
+          503, fmt::format("[http] the server holds too many request bodies right now ({} bytes, "
+                           "--max-inflight-body-bytes); retry later", load_.body_budget.limit_bytes()));
+      busy.extra_headers.emplace_back("Retry-After", "1");
+      answer_early(request, busy, /*body_unread=*/true);
+      return ReadOutcome::kClosed;
+    }
+    body_reserved_bytes_ = body_bytes;
+    if (framing->expects_continue && buffer_.size() < body_bytes && !send_all("HTTP/1.1 100 Continue\r\n\r\n"))
+      return ReadOutcome::kClosed;
+    if (!read_body(body_bytes, request.body, timed_out)) {
+      if (timed_out) reject(408, "[http] request body not received in time");
+      return ReadOutcome::kClosed;
+    }
+    return ReadOutcome::kRequest;
+  }
+}
+
+void HttpConnection::release_body() {
+  if (body_reserved_bytes_ == 0) return;
+  load_.body_budget.release(body_reserved_bytes_);
+  // glibc keeps freed large blocks in its arenas; after a large body give them back, so memory
+  // returns near its start once a burst of big requests (or an attack) is over.
+  if (body_reserved_bytes_ >= kTrimAfterBodyBytes) ::malloc_trim(0);
+  body_reserved_bytes_ = 0;
+}
+
+void HttpConnection::begin_exchange(const HttpRequest& request, bool may_keep_alive) {
+  keep_alive_ = may_keep_alive && request.wants_keep_alive() && !load_.stopping.load();
+  is_head_ = request.method == "HEAD";
   responded_ = stream_open_ = false;
 }
 
 bool HttpConnection::finish_exchange() {
   if (!responded_) respond(error_response_(500, "[http] the handler sent no response"));
-  return keep_alive_ && !broken_ && !stream_open_ && !stopping_.load();
+  return keep_alive_ && !broken_ && !stream_open_ && !load_.stopping.load();
 }
 
 bool HttpConnection::send_all(std::string_view data) {
@@ -147,7 +217,7 @@ bool HttpConnection::respond(const HttpResponse& response) {
   responded_ = true;
   std::string out = response_head(response.status, response.content_type, response.body.size(), keep_alive_,
                                   response.extra_headers);
-  out += response.body;
+  if (!is_head_) out += response.body;
   return send_all(out);
 }
 
@@ -179,7 +249,7 @@ bool HttpConnection::client_gone() {
 }
 
 void HttpConnection::reject(int status, const std::string& message) {
-  keep_alive_ = false;
+  keep_alive_ = is_head_ = false;
   responded_ = false;
   respond(error_response_(status, message));
   lingering_close();
@@ -197,6 +267,7 @@ void HttpConnection::lingering_close() {
     if (::recv(fd_, sink, sizeof(sink), 0) <= 0) break;
   }
   buffer_.clear();
+  buffer_.shrink_to_fit();
 }
 
 }  // namespace pagellm::server

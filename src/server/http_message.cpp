@@ -64,6 +64,10 @@ const std::string* HttpRequest::header(std::string_view lower_name) const {
   return nullptr;
 }
 
+size_t HttpRequest::count_headers(std::string_view lower_name) const {
+  return static_cast<size_t>(std::count_if(headers.begin(), headers.end(), [&](const auto& h) { return h.first == lower_name; }));
+}
+
 bool HttpRequest::wants_keep_alive() const {
   const std::string* connection = header("connection");
   const std::string value = connection ? to_lower(*connection) : "";
@@ -87,22 +91,50 @@ Expected<HttpRequest> parse_request_head(std::string_view head) {
     if (has_control_chars(value)) return invalid_argument("[http] control characters in a header value");
     request.headers.emplace_back(to_lower(line.substr(0, colon)), std::string(value));
   }
+  // RFC 9112 §3.2: exactly one Host on HTTP/1.1, at most one on HTTP/1.0.
+  const size_t num_hosts = request.count_headers("host");
+  if (num_hosts > 1) return invalid_argument("[http] more than one Host header");
+  if (num_hosts == 0 && request.minor_version == 1) return invalid_argument("[http] an HTTP/1.1 request needs a Host header");
   return request;
 }
 
+namespace {
+
+// One Content-Length value: "53", or a list of equal values ("53, 53", as RFC 9110 §8.6 allows).
+Status read_content_length(std::string_view value, std::optional<size_t>& length) {
+  while (true) {
+    const size_t comma = value.find(',');
+    const std::string_view item = trim(value.substr(0, comma));
+    size_t parsed = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), parsed);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
+      return invalid_argument("[http] malformed Content-Length");
+    if (length && *length != parsed) return invalid_argument("[http] conflicting Content-Length values");
+    length = parsed;
+    if (comma == std::string_view::npos) return Status::ok();
+    value.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
+
+// The framing rules of RFC 9112 §6: a message whose length two parties could read differently
+// (request smuggling) is refused, and the connection closed after the 400.
 Expected<BodyFraming> body_framing(const HttpRequest& request) {
   BodyFraming framing;
-  if (const std::string* encoding = request.header("transfer-encoding")) {
-    if (to_lower(*encoding).find("chunked") == std::string::npos)
-      return invalid_argument("[http] unsupported Transfer-Encoding");
+  const size_t num_encodings = request.count_headers("transfer-encoding");
+  if (num_encodings > 1) return invalid_argument("[http] more than one Transfer-Encoding header");
+  if (num_encodings == 1) {
+    if (request.minor_version == 0) return invalid_argument("[http] Transfer-Encoding in an HTTP/1.0 request");
+    if (request.header("content-length")) return invalid_argument("[http] both Content-Length and Transfer-Encoding");
+    if (to_lower(*request.header("transfer-encoding")) != "chunked")
+      return invalid_argument("[http] unsupported Transfer-Encoding '{}'", *request.header("transfer-encoding"));
     framing.is_chunked = true;
   }
-  if (const std::string* length = request.header("content-length")) {
-    if (framing.is_chunked) return invalid_argument("[http] both Content-Length and Transfer-Encoding");
-    const char* end = length->data() + length->size();
-    auto [ptr, ec] = std::from_chars(length->data(), end, framing.content_length);
-    if (ec != std::errc() || ptr != end || length->empty()) return invalid_argument("[http] malformed Content-Length");
-  }
+  std::optional<size_t> length;
+  for (const auto& [name, value] : request.headers)
+    if (name == "content-length") PAGELLM_RETURN_IF_ERROR(read_content_length(value, length));
+  framing.content_length = length.value_or(0);
   if (const std::string* expect = request.header("expect"))
     framing.expects_continue = to_lower(*expect) == "100-continue";
   return framing;

@@ -28,6 +28,7 @@ struct HttpRequest {
 
   // The first header of that (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;
+  size_t count_headers(std::string_view lower_name) const;
   // HTTP/1.1 keeps the connection unless "Connection: close"; HTTP/1.0 closes unless "keep-alive".
   bool wants_keep_alive() const;
 };
@@ -48,8 +49,11 @@ struct BodyFraming {
 
 std::string_view reason_phrase(int status);
 
-// Parses the head (without its final empty line). kInvalidArgument on any syntax error.
+// Parses the head (without its final empty line). kInvalidArgument on any syntax error, and on a
+// missing (HTTP/1.1) or repeated Host.
 Expected<HttpRequest> parse_request_head(std::string_view head);
+// kInvalidArgument (400, then close) for framing two parties could read differently: Content-Length
+// values that disagree, Content-Length with Transfer-Encoding, a repeated or unknown Transfer-Encoding.
 Expected<BodyFraming> body_framing(const HttpRequest& request);
 
 // "HTTP/1.1 200 OK\r\n" + headers + "\r\n". With content_length nullopt the body is chunked.

@@ -7,8 +7,15 @@
 // client reads them. A thread per connection is simple and, with small stacks, holds thousands of
 // streaming connections: each one mostly sleeps on its request's output channel.
 //
-//   accept thread ──▶ connection thread: loop { read request ─▶ handler(request, writer) }
+//   accept thread ──▶ connection thread: loop { read head ─▶ screen ─▶ read body ─▶ handler(request, writer) }
+//        │ no slot (max_connections, or max_connections_per_client from its address)
+//        ▼
+//   HttpOverflow: quick GETs (/health) answered, the rest 503
 //   stop(): no new connections; connections finish their exchange and close; wait_idle() bounds it.
+//
+// Floods: one address holds at most max_connections_per_client slots; once fewer than 1/8 of the
+// slots are free, waits for heads, bodies and next requests are cut to busy_timeout_ms; bodies of
+// all connections together hold at most max_inflight_body_bytes (503 beyond).
 #pragma once
 
 #include <atomic>
@@ -16,27 +23,41 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <set>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
 #include <string>
 #include <thread>
 
 #include "core/status.h"
 #include "server/http_connection.h"
+#include "server/http_overflow.h"
 
 namespace pagellm::server {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see port())
-  int max_connections = 8192;  // beyond it new connections get 503 and are closed
+  int max_connections = 8192;  // beyond it new connections get 503 (quick routes still answer)
+  int max_connections_per_client = 4096;  // from one address (0: no cap); beyond it as above
+  size_t max_inflight_body_bytes = 256u << 20;  // request bodies being read or handled, together
   HttpLimits limits;
 };
 
 using HttpHandler = std::function<void(const HttpRequest& request, ResponseWriter& writer)>;
 
+// What the server serves: a screen run on each head before its body is read, the handler of
+// requests that pass it, and the GET paths answered even when no slot is free.
+struct HttpService {
+  HeadScreenFn screen_head;  // may be empty: every head passes
+  HttpHandler handle;
+  std::vector<std::string> quick_paths;
+};
+
 class HttpServer {
  public:
-  HttpServer(HttpServerOptions options, HttpHandler handler, ErrorResponseFn error_response);
+  HttpServer(HttpServerOptions options, HttpService service, ErrorResponseFn error_response);
   ~HttpServer();  // stop() + wait for connection threads
 
   Status listen();  // binds and listens; the port is known afterwards
@@ -51,20 +72,27 @@ class HttpServer {
 
  private:
   void accept_loop();
+  // Takes a slot for fd (false: none free for it); `why_not` says why.
+  bool take_slot(int fd, const std::string& client, std::string& why_not);
+  void free_slot(int fd);
   void spawn_connection(int fd);
   void serve_connection(int fd);
+  void serve_quick(int fd, const HttpRequest& request);  // on the overflow thread
+  std::string busy_response(const std::string& message) const;
 
   HttpServerOptions options_;
-  HttpHandler handler_;
+  HttpService service_;
   ErrorResponseFn error_response_;
   int listen_fd_ = -1;
   int port_ = 0;
-  std::atomic<bool> stopping_{false};
+  ServerLoad load_;
   std::thread accept_thread_;
 
   mutable std::mutex mutex_;
   std::condition_variable idle_;
-  std::set<int> connection_fds_;  // open connections (for shutdown_connections)
+  std::map<int, std::string> connections_;  // open connection fd -> client address (raw bytes)
+  std::unordered_map<std::string, int> connections_per_client_;
+  std::unique_ptr<HttpOverflow> overflow_;  // last: its thread uses the members above
 };
 
 }  // namespace pagellm::server

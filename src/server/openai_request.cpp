@@ -1,5 +1,8 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "server/json_fields.h"
@@ -12,13 +15,16 @@ namespace {
 
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopTokenIds = 256;
+constexpr double kMinRepetitionPenalty = 1e-6;
 
 void read_common(JsonFields& fields, const Json& body, const ParseOptions& options, CommonFields& out) {
   SamplingParams& s = out.sampling;
   if (auto v = fields.number("temperature", 0.0, 1e6)) s.temperature = static_cast<float>(*v);
+  // Ranges are checked on the double received, then narrowed so the float keeps the meaning: a
+  // top_p below the smallest float still keeps only the most likely token.
   if (auto v = fields.number("top_p", 0.0, 1.0)) {
     if (*v <= 0.0) fields.fail("top_p", fmt::format("[openai] 'top_p' must be in (0, 1], got {}", *v));
-    else s.top_p = static_cast<float>(*v);
+    else s.top_p = std::max(static_cast<float>(*v), std::numeric_limits<float>::denorm_min());
   }
   if (auto v = fields.integer("top_k", -1, INT32_MAX)) s.top_k = static_cast<int>(*v);
   if (auto v = fields.number("min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*v);
@@ -27,10 +33,8 @@ void read_common(JsonFields& fields, const Json& body, const ParseOptions& optio
   if (auto v = fields.boolean("ignore_eos")) s.ignore_eos = *v;
   if (auto v = fields.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*v);
   if (auto v = fields.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
-  if (auto v = fields.number("repetition_penalty", 0.0, 1e6)) {
-    if (*v <= 0.0) fields.fail("repetition_penalty", fmt::format("[openai] 'repetition_penalty' must be > 0, got {}", *v));
-    else s.repetition_penalty = static_cast<float>(*v);
-  }
+  // Logits are divided by the penalty in float: below 1e-6 they overflow to inf (then NaN).
+  if (auto v = fields.number("repetition_penalty", kMinRepetitionPenalty, 1e6)) s.repetition_penalty = static_cast<float>(*v);
   if (auto ids = fields.integer_list("stop_token_ids", 0, options.vocab_size - 1, kMaxStopTokenIds))
     for (int64_t id : *ids) s.stop_token_ids.push_back(static_cast<TokenId>(id));
   // max_completion_tokens is the newer name; either is accepted (the newer one wins).

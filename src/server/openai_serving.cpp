@@ -46,6 +46,12 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
   const int n = generation.common.n;
   if (generation.prompts.size() * static_cast<size_t>(n) > kMaxChoicesPerRequest)
     return bad_request(fmt::format("[openai] prompts × n must be at most {}", kMaxChoicesPerRequest), "n");
+  // More choices than the engine ever holds at once: a 429 ("retry later") could never succeed.
+  const int max_waiting = context.engine->config().max_waiting;
+  if (generation.prompts.size() * static_cast<size_t>(n) > static_cast<size_t>(max_waiting))
+    return bad_request(fmt::format("[openai] prompts × n is {}, more than this server ever runs at once "
+                                   "(--max-waiting {})", generation.prompts.size() * static_cast<size_t>(n),
+                                   max_waiting), "n");
   std::vector<GenerateRequest> requests;
   for (const Prompt& prompt : generation.prompts) {
     int max_tokens = 0;
@@ -193,6 +199,9 @@ std::optional<ApiError> tokenize_text(const ServingContext& context, const std::
                                       const char* param, std::vector<TokenId>& ids) {
   if (!context.tokenizer)
     return bad_request("[openai] this model has no tokenizer.json: send prompts as token ids", param);
+  if (context.max_prompt_bytes > 0 && text.size() > context.max_prompt_bytes)
+    return bad_request(fmt::format("[openai] the prompt has {} bytes, more than {} tokens (this model's maximum "
+                                   "context length) can hold", text.size(), context.max_model_len), param);
   Expected<std::vector<int32_t>> encoded = context.tokenizer->encode(text, add_special_tokens);
   if (!encoded.has_value()) return api_error_from_status(encoded.status(), param);
   ids = std::move(encoded).value();

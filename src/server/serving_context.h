@@ -1,6 +1,7 @@
 // ServingContext: what every route handler of `pagellm serve` needs, fixed at start-up.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@ struct ServingContext {
   std::string api_key;                          // empty: no authentication
   ParseOptions parse_options;                   // served name, vocab size, limits
   int max_model_len = 0;
+  // Text prompts longer than this (bytes) cannot fit in max_model_len tokens and are refused before
+  // tokenizing (0: no such check). Filled by make_api_handler (see prompt_byte_limit.h).
+  size_t max_prompt_bytes = 0;
 };
 
 }  // namespace pagellm::server
