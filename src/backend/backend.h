@@ -20,6 +20,12 @@ enum class NormWeight {
   kOnePlus,  // Qwen3.5/Gemma: out = cast_to_out_dtype(x * rsqrt(mean(x^2) + eps) * (1 + w)), f32 math
 };
 
+// The activation of a gated MLP (act(gate) * up).
+enum class Activation {
+  kSilu,      // x * sigmoid(x)
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' gelu_pytorch_tanh
+};
+
 // Everything the varlen paged attention op needs besides q, caches and out.
 //   Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]); its context after this step is
 //   seq_lens_k[s] tokens, so query row i of s sits at absolute position seq_lens_k[s] - q_len(s) + i.
@@ -122,8 +128,18 @@ class Backend {
   // attention_scaling, then rounded to x's dtype before use (as transformers does).
   virtual void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
                     float attention_scaling) = 0;
-  // out[T, I] = silu(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout)
-  virtual void silu_mul(TensorView out, const TensorView& gate_up) = 0;
+  // out[T, I] = act(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout);
+  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers).
+  virtual void act_mul(TensorView out, const TensorView& gate_up, Activation act) = 0;
+  void silu_mul(TensorView out, const TensorView& gate_up) { act_mul(out, gate_up, Activation::kSilu); }
+  // In place on x[rows, N]: x[r, c] = x[r, c] + bias[c], rounded to x's dtype (a Linear's bias).
+  virtual void add_bias(TensorView x, const TensorView& bias) = 0;
+  // out = x * s elementwise, rounded to out's dtype (s is used as given: a caller that wants
+  // transformers' scalar-in-dtype product rounds s first).
+  virtual void scale(TensorView out, const TensorView& x, float s) = 0;
+  // In place: x = cap * tanh(x / cap) as transformers computes it in x's dtype: x / cap, tanh and
+  // * cap each rounded to the dtype (the final logit soft-cap of Gemma 2).
+  virtual void softcap(TensorView x, float cap) = 0;
   // out[T, H] = table[ids[t]] for ids[T] (i32)
   virtual void embedding(TensorView out, const TensorView& table, const TensorView& ids) = 0;
 
@@ -148,15 +164,18 @@ class Backend {
     rms_norm(normed, hidden, w, eps, mode);
   }
   // The attention prologue of one layer, in place on q [T, nH, hd] and k [T, nKV, hd] (views into
-  // the fused qkv rows): per-head rms_norm of q with q_norm[hd] and of k with k_norm[hd], RoPE at
-  // positions[T], then k and v [T, nKV, hd] are written to the caches at slot_mapping (as write_kv).
+  // the fused qkv rows): per-head rms_norm of q with q_norm[hd] and of k with k_norm[hd] (skipped
+  // when q_norm is an empty view, data == nullptr: models without q/k norms), RoPE at positions[T], then k and v
+  // [T, nKV, hd] are written to the caches at slot_mapping (as write_kv).
   virtual void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
                                      const TensorView& k_norm, float eps, NormWeight mode,
                                      const TensorView& positions, const TensorView& inv_freq,
                                      float attention_scaling, TensorView k_cache, TensorView v_cache,
                                      const TensorView& slot_mapping) {
-    rms_norm(q, q, q_norm, eps, mode);
-    rms_norm(k, k, k_norm, eps, mode);
+    if (q_norm.data != nullptr) {
+      rms_norm(q, q, q_norm, eps, mode);
+      rms_norm(k, k, k_norm, eps, mode);
+    }
     rope(q, positions, inv_freq, attention_scaling);
     rope(k, positions, inv_freq, attention_scaling);
     write_kv(k_cache, v_cache, k, v, slot_mapping);

@@ -172,42 +172,100 @@ Status read_rope_dict(const FieldReader& reader, RopeConfig* rope) {
   PAGELLM_RETURN_IF_ERROR(reader.get_double("beta_slow", &rope->beta_slow));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_double("attention_factor", &rope->attention_factor));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("partial_rotary_factor", &rope->partial_rotary_factor));
+  PAGELLM_RETURN_IF_ERROR(reader.get_double("low_freq_factor", &rope->low_freq_factor));
+  PAGELLM_RETURN_IF_ERROR(reader.get_double("high_freq_factor", &rope->high_freq_factor));
   PAGELLM_RETURN_IF_ERROR(reader.get_int_list("mrope_section", &rope->mrope_section));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("mrope_interleaved", &rope->mrope_interleaved));
   return Status::ok();
 }
 
+Status check_rope(const std::string& source, const RopeConfig& rope) {
+  if (!(rope.theta > 0)) {
+    return invalid_argument("[config] {}: rope_theta must be > 0, got {}", source, rope.theta);
+  }
+  if (!(rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1)) {
+    return invalid_argument("[config] {}: partial_rotary_factor must be in (0, 1], got {}", source,
+                            rope.partial_rotary_factor);
+  }
+  return Status::ok();
+}
+
 // v4: top-level rope_theta / partial_rotary_factor / rope_scaling; v5: rope_parameters, which wins.
-Status read_rope(const FieldReader& reader, const std::string& source, RopeConfig* rope) {
+// Models whose layer types rotate differently (Gemma 3) nest one dict per layer type in v5
+// ({"full_attention": {...}, "sliding_attention": {...}}); in v4 their sliding layers take
+// rope_local_base_freq with default RoPE, and rope_scaling applies to full attention only.
+Status read_rope(const FieldReader& reader, const std::string& source, ModelConfig* config) {
+  RopeConfig* rope = &config->rope;
   PAGELLM_RETURN_IF_ERROR(reader.get_double("rope_theta", &rope->theta));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("partial_rotary_factor", &rope->partial_rotary_factor));
+  const RopeConfig unscaled = *rope;
   PAGELLM_ASSIGN_OR_RETURN(const json* scaling, reader.get_object("rope_scaling"));
   if (scaling != nullptr) {
     PAGELLM_RETURN_IF_ERROR(
         read_rope_dict(FieldReader(*scaling, source, reader.label("rope_scaling") + "."), rope));
   }
+  if (reader.has("rope_local_base_freq")) {
+    RopeConfig local = unscaled;
+    PAGELLM_RETURN_IF_ERROR(reader.get_double("rope_local_base_freq", &local.theta));
+    config->rope_local = local;
+  }
   PAGELLM_ASSIGN_OR_RETURN(const json* parameters, reader.get_object("rope_parameters"));
   if (parameters != nullptr) {
-    std::string prefix = reader.label("rope_parameters") + ".";
-    // Models whose layer types rotate differently nest one dict per type; full attention's is the
-    // one a full-attention layer uses.
-    const auto nested = parameters->find("full_attention");
-    if (nested != parameters->end() && nested->is_object()) {
-      parameters = &*nested;
-      prefix += "full_attention.";
+    const std::string prefix = reader.label("rope_parameters") + ".";
+    const auto full = parameters->find("full_attention");
+    const auto sliding = parameters->find("sliding_attention");
+    if (full != parameters->end() && full->is_object()) {
+      PAGELLM_RETURN_IF_ERROR(read_rope_dict(FieldReader(*full, source, prefix + "full_attention."), rope));
+      if (sliding != parameters->end() && sliding->is_object()) {
+        RopeConfig local = unscaled;
+        PAGELLM_RETURN_IF_ERROR(
+            read_rope_dict(FieldReader(*sliding, source, prefix + "sliding_attention."), &local));
+        config->rope_local = local;
+      }
+    } else {
+      PAGELLM_RETURN_IF_ERROR(read_rope_dict(FieldReader(*parameters, source, prefix), rope));
     }
-    PAGELLM_RETURN_IF_ERROR(read_rope_dict(FieldReader(*parameters, source, prefix), rope));
+  }
+  // Gemma 3's sliding layers rotate with base 10,000 unless the config says otherwise.
+  if (!config->rope_local && starts_with(config->model_type, "gemma3")) {
+    config->rope_local = unscaled;
+    config->rope_local->theta = 10000.0;
   }
   // Qwen2-VL era configs say "mrope" for what is default RoPE on text positions.
   if (rope->type == "mrope") rope->type = "default";
-  if (!(rope->theta > 0)) {
-    return invalid_argument("[config] {}: rope_theta must be > 0, got {}", source, rope->theta);
-  }
-  if (!(rope->partial_rotary_factor > 0 && rope->partial_rotary_factor <= 1)) {
-    return invalid_argument("[config] {}: partial_rotary_factor must be in (0, 1], got {}", source,
-                            rope->partial_rotary_factor);
-  }
+  PAGELLM_RETURN_IF_ERROR(check_rope(source, *rope));
+  if (config->rope_local) PAGELLM_RETURN_IF_ERROR(check_rope(source, *config->rope_local));
   return Status::ok();
+}
+
+// Defaults of fields whose absence means a model-specific value in transformers' config classes.
+struct FamilyDefaults {
+  std::optional<int64_t> sliding_window;
+  int64_t sliding_window_pattern = 0;  // layer i is sliding iff (i + 1) % pattern != 0; 0 = none
+  bool all_layers_sliding = false;     // Mistral: the window applies to every layer
+  std::optional<double> attn_logit_softcapping, final_logit_softcapping, query_pre_attn_scalar;
+  std::string hidden_act = "silu";
+};
+
+FamilyDefaults family_defaults(std::string_view model_type) {
+  FamilyDefaults d;
+  if (model_type == "mistral") {
+    d.sliding_window = 4096;
+    d.all_layers_sliding = true;
+  } else if (model_type == "gemma2") {
+    d.sliding_window = 4096;
+    d.sliding_window_pattern = 2;
+    d.attn_logit_softcapping = 50.0;
+    d.final_logit_softcapping = 30.0;
+    d.query_pre_attn_scalar = 256.0;
+    d.hidden_act = "gelu_pytorch_tanh";
+  } else if (starts_with(model_type, "gemma3")) {
+    d.sliding_window = 4096;
+    d.sliding_window_pattern = 6;
+    d.query_pre_attn_scalar = 256.0;
+    d.hidden_act = "gelu_pytorch_tanh";
+  }
+  return d;
 }
 
 Expected<LayerType> parse_layer_type(std::string_view name) {
@@ -227,8 +285,10 @@ Status read_attention_pattern(const FieldReader& reader, const std::string& sour
   const bool is_qwen = starts_with(config->model_type, "qwen");
   bool use_sliding_window = false;
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("use_sliding_window", &use_sliding_window));
+  const FamilyDefaults defaults = family_defaults(config->model_type);
   // Qwen configs carry a sliding_window value even when it is off; transformers drops it then.
   if (!is_qwen || use_sliding_window) {
+    if (!reader.contains("sliding_window")) config->sliding_window = defaults.sliding_window;
     PAGELLM_RETURN_IF_ERROR(reader.get_optional_int("sliding_window", &config->sliding_window));
   }
   if (config->sliding_window && *config->sliding_window < 1) {
@@ -270,6 +330,14 @@ Status read_attention_pattern(const FieldReader& reader, const std::string& sour
       if ((i + 1) % config->full_attention_interval != 0) {
         config->layer_types[static_cast<size_t>(i)] = LayerType::kLinearAttention;
       }
+    }
+  } else if (config->sliding_window && defaults.all_layers_sliding) {
+    config->layer_types.assign(static_cast<size_t>(num_layers), LayerType::kSlidingAttention);
+  } else if (config->sliding_window && defaults.sliding_window_pattern > 0) {
+    int64_t pattern = defaults.sliding_window_pattern;  // Gemma 3's v4 configs say sliding_window_pattern
+    PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("sliding_window_pattern", &pattern));
+    for (int64_t i = 0; i < num_layers; ++i) {
+      if ((i + 1) % pattern != 0) config->layer_types[static_cast<size_t>(i)] = LayerType::kSlidingAttention;
     }
   } else if (is_qwen && config->sliding_window) {
     int64_t max_window_layers = 28;  // Qwen2/Qwen3 config default
@@ -332,7 +400,12 @@ Status read_sizes(const FieldReader& reader, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(
       reader.get_int("max_position_embeddings", &config->max_position_embeddings));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("rms_norm_eps", &config->rms_norm_eps));
+  config->hidden_act = family_defaults(config->model_type).hidden_act;
   PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_act", &config->hidden_act));
+  // Gemma's MLP reads hidden_activation (its configs may carry both).
+  PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_activation", &config->hidden_act));
+  PAGELLM_RETURN_IF_ERROR(reader.get_bool("attention_bias", &config->attention_bias));
+  PAGELLM_RETURN_IF_ERROR(reader.get_bool("mlp_bias", &config->mlp_bias));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("tie_word_embeddings", &config->tie_word_embeddings));
   return Status::ok();
 }
@@ -401,14 +474,20 @@ Expected<ModelConfig> parse_model_config(const nlohmann::json& config_json,
   PAGELLM_RETURN_IF_ERROR(reader.get_string("model_type", &config.model_type));
   PAGELLM_RETURN_IF_ERROR(read_dtype(reader, &config));
   PAGELLM_RETURN_IF_ERROR(read_sizes(reader, &config));
-  PAGELLM_RETURN_IF_ERROR(read_rope(reader, source, &config.rope));
+  PAGELLM_RETURN_IF_ERROR(read_rope(reader, source, &config));
   PAGELLM_RETURN_IF_ERROR(read_attention_pattern(reader, source, &config));
   PAGELLM_RETURN_IF_ERROR(reader.get_int_list("eos_token_id", &config.eos_token_ids, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_int("bos_token_id", &config.bos_token_id));
+  const FamilyDefaults defaults = family_defaults(config.model_type);
+  // A key present as null turns a default soft-cap off (transformers reads it as None).
+  if (!reader.contains("attn_logit_softcapping")) config.attn_logit_softcapping = defaults.attn_logit_softcapping;
+  if (!reader.contains("final_logit_softcapping")) config.final_logit_softcapping = defaults.final_logit_softcapping;
+  config.query_pre_attn_scalar = defaults.query_pre_attn_scalar;
   PAGELLM_RETURN_IF_ERROR(
       reader.get_optional_double("attn_logit_softcapping", &config.attn_logit_softcapping));
   PAGELLM_RETURN_IF_ERROR(
       reader.get_optional_double("final_logit_softcapping", &config.final_logit_softcapping));
+  PAGELLM_RETURN_IF_ERROR(reader.get_optional_double("query_pre_attn_scalar", &config.query_pre_attn_scalar));
   PAGELLM_RETURN_IF_ERROR(read_hybrid_and_moe(reader, &config));
   return config;
 }

@@ -19,6 +19,7 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 0;  // yarn
   double beta_fast = 32.0, beta_slow = 1.0;      // yarn
   std::optional<double> attention_factor;        // yarn; default 0.1 ln(factor) + 1
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   double partial_rotary_factor = 1.0;            // rot_dim = head_dim * this
   std::vector<int64_t> mrope_section;            // Qwen3.5 (text positions make it plain partial RoPE)
   bool mrope_interleaved = false;
@@ -39,11 +40,15 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
-  RopeConfig rope;
+  RopeConfig rope;                       // full-attention layers (and every layer unless rope_local)
+  std::optional<RopeConfig> rope_local;  // sliding layers, when they rotate differently (Gemma 3)
   std::optional<int64_t> sliding_window;  // only when use_sliding_window (Qwen) or always (others)
   std::vector<LayerType> layer_types;     // one per layer, always filled
   std::optional<double> attn_logit_softcapping;
   std::optional<double> final_logit_softcapping;
+  std::optional<double> query_pre_attn_scalar;  // attention scale = this^-0.5 (Gemma); else head_dim^-0.5
+  bool attention_bias = false;  // q, k, v and o projections carry biases (Llama's attention_bias)
+  bool mlp_bias = false;        // gate, up and down projections carry biases
   std::vector<int64_t> eos_token_ids;  // int or list in config.json; may be empty
   std::optional<int64_t> bos_token_id;
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "io/hf_config.h"
+#include "model/decoder.h"
 #include "model/model.h"
 #include "model/qwen3.h"
 #include "model/qwen35.h"
@@ -19,6 +20,12 @@ using Factory = std::function<Expected<std::unique_ptr<Model>>(const ModelConfig
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = {
       {"Qwen3ForCausalLM", make_qwen3},
+      {"LlamaForCausalLM", make_llama},
+      {"MistralForCausalLM", make_mistral},
+      {"Qwen2ForCausalLM", make_qwen2},
+      {"Gemma2ForCausalLM", make_gemma2},
+      {"Gemma3ForCausalLM", make_gemma3},
+      {"Gemma3ForConditionalGeneration", make_gemma3},  // the text model; vision tower ignored
       {"Qwen3_5ForCausalLM", make_qwen35},
       {"Qwen3_5ForConditionalGeneration", make_qwen35},  // the text model; vision tower ignored
       {"Qwen3NextForCausalLM", make_qwen35},

@@ -41,6 +41,28 @@ RopeTable yarn_table(const RopeConfig& rope, int64_t rot_dim) {
   return table;
 }
 
+// transformers' _compute_llama3_parameters, in f32 as torch evaluates it (scalars meet f32 tensors
+// as f32): low frequencies divided by factor, high ones kept, the band between interpolated.
+RopeTable llama3_table(const RopeConfig& rope, int64_t rot_dim) {
+  const float factor = static_cast<float>(rope.factor);
+  const float low_freq_factor = static_cast<float>(rope.low_freq_factor);
+  const float old_context_len = static_cast<float>(rope.original_max_position_embeddings);
+  const float low_freq_wavelen = static_cast<float>(rope.original_max_position_embeddings / rope.low_freq_factor);
+  const float high_freq_wavelen = static_cast<float>(rope.original_max_position_embeddings / rope.high_freq_factor);
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  RopeTable table{default_inv_freq(rope.theta, rot_dim), 1.0f};
+  for (float& inv_freq : table.inv_freq) {
+    const float wavelen = two_pi / inv_freq;
+    const float scaled = wavelen > low_freq_wavelen ? inv_freq / factor : inv_freq;
+    const float smooth = (old_context_len / wavelen - low_freq_factor) /
+                         static_cast<float>(rope.high_freq_factor - rope.low_freq_factor);
+    const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    const bool is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    inv_freq = is_medium ? smoothed : scaled;
+  }
+  return table;
+}
+
 }  // namespace
 
 Expected<RopeTable> make_rope_table(const RopeConfig& rope, int64_t head_dim) {
@@ -59,7 +81,14 @@ Expected<RopeTable> make_rope_table(const RopeConfig& rope, int64_t head_dim) {
       return invalid_argument("[config] yarn rope_scaling needs original_max_position_embeddings");
     return yarn_table(rope, rot_dim);
   }
-  return unimplemented("[config] rope type '{}' is not supported (default, linear, yarn are)", rope.type);
+  if (rope.type == "llama3") {
+    if (rope.original_max_position_embeddings <= 0 || !(rope.factor > 0) ||
+        !(rope.high_freq_factor > rope.low_freq_factor) || !(rope.low_freq_factor > 0))
+      return invalid_argument("[config] llama3 rope scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor "
+                              "and original_max_position_embeddings");
+    return llama3_table(rope, rot_dim);
+  }
+  return unimplemented("[config] rope type '{}' is not supported (default, linear, yarn, llama3 are)", rope.type);
 }
 
 }  // namespace pagellm

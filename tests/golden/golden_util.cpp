@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "model/model.h"
 
 namespace pagellm {
 
@@ -46,11 +48,20 @@ std::vector<GoldenCase> read_golden_cases(const fs::path& fixture_dir) {
   const nlohmann::json expected = read_expected(fixture_dir);
   std::vector<GoldenCase> cases;
   for (const auto& c : expected["cases"]) {
-    if (c.contains("full_forward_greedy_token_ids"))
-      cases.push_back({c["prompt_ids"], c["full_forward_greedy_token_ids"], c["full_forward_top1_margins"],
-                       c["prompt_next_token_logits"], true});
-    else
-      cases.push_back({c["prompt_ids"], c["greedy_token_ids"], c["top1_margins"], c["prompt_next_token_logits"]});
+    GoldenCase golden;
+    golden.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
+    golden.logits = c["prompt_next_token_logits"].get<std::vector<float>>();
+    golden.full_forward = c.contains("full_forward_greedy_token_ids");
+    golden.greedy = c[golden.full_forward ? "full_forward_greedy_token_ids" : "greedy_token_ids"].get<std::vector<TokenId>>();
+    golden.margins = c[golden.full_forward ? "full_forward_top1_margins" : "top1_margins"].get<std::vector<float>>();
+    if (c.contains("full_forward_top5")) {
+      for (const auto& step : c["full_forward_top5"]) {
+        std::vector<std::pair<TokenId, float>> top;
+        for (size_t k = 0; k < step["ids"].size(); ++k) top.emplace_back(step["ids"][k], step["logprobs"][k]);
+        golden.top5.push_back(std::move(top));
+      }
+    }
+    cases.push_back(std::move(golden));
   }
   return cases;
 }
@@ -133,6 +144,58 @@ std::unique_ptr<LLM> make_test_llm(const fs::path& model_dir, EngineConfig confi
   auto llm = LLM::load(config);
   EXPECT_TRUE(llm.has_value()) << llm.status().message();
   return llm.has_value() ? std::move(llm).value() : nullptr;
+}
+
+void expect_matches_transformers(const std::string& device, const fs::path& dir) {
+  const bool is_f32 = read_golden_dtype(dir) == "float32";
+  const std::string fixture = dir.filename().string();
+  auto backend = make_backend(device);
+  ASSERT_TRUE(backend.has_value()) << backend.status().message();
+  auto model = load_model(dir.string(), **backend);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+
+  for (const GoldenCase& c : read_golden_cases(dir)) {
+    const std::vector<TokenId>& want = c.greedy;
+    SequenceOptions options = greedy_options(static_cast<int>(want.size()));
+    if (!c.top5.empty()) options.sampling.num_logprobs = 5;
+    auto got = generate_sequence(**model, **backend, c.prompt, options);
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    SCOPED_TRACE("prompt of " + std::to_string(c.prompt.size()) + " tokens");
+
+    ASSERT_EQ(got->prompt_logits.size(), c.logits.size());
+    const auto [max_abs_logit, max_err] = logit_error(got->prompt_logits, c.logits);
+    if (is_f32) {
+      EXPECT_LE(max_err, 1e-4 * std::max(1.0, max_abs_logit)) << "max |logit| " << max_abs_logit;
+      EXPECT_EQ(got->token_ids, want);
+      // Top-5 logprobs of every greedy step within 1e-3 (ids compared where the oracle's gap to the
+      // next candidate is clear of that tolerance).
+      for (size_t step = 0; step < c.top5.size() && step < got->logprobs.size() && got->token_ids == want; ++step) {
+        const auto& top = got->logprobs[step].top;
+        ASSERT_EQ(top.size(), c.top5[step].size()) << "step " << step;
+        for (size_t k = 0; k < top.size(); ++k) {
+          EXPECT_NEAR(top[k].logprob, c.top5[step][k].second, 1e-3) << "step " << step << " rank " << k;
+          const bool clear = k + 1 >= top.size() || c.top5[step][k].second - c.top5[step][k + 1].second > 2e-3;
+          const bool clear_above = k == 0 || c.top5[step][k - 1].second - c.top5[step][k].second > 2e-3;
+          if (clear && clear_above) EXPECT_EQ(top[k].token_id, c.top5[step][k].first) << "step " << step << " rank " << k;
+        }
+      }
+    } else {
+      // bf16: every op rounds to 8 bits of mantissa; 2% of the logit range is a few bf16 ulps of
+      // the largest logits after the rounding noise of every layer.
+      const double tolerance = 0.02 * std::max(1.0, max_abs_logit);
+      EXPECT_LE(max_err, tolerance) << "max |logit| " << max_abs_logit;
+      // Greedy tokens must agree until the first step where the oracle itself was within the logit
+      // tolerance of a tie (bf16 logits tie often); a parting at a confident step is a bug.
+      size_t agreed = 0;
+      while (agreed < want.size() && got->token_ids[agreed] == want[agreed]) ++agreed;
+      if (agreed < want.size()) {
+        EXPECT_LE(c.margins[agreed], 2 * tolerance) << "parted from the oracle at step " << agreed;
+      }
+      std::fprintf(stderr, "  bf16: %zu of %zu greedy tokens agree\n", agreed, want.size());
+    }
+    std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", fixture.c_str(),
+                 c.prompt.size(), max_err, max_abs_logit);
+  }
 }
 
 }  // namespace pagellm

@@ -30,6 +30,8 @@ fs::path golden_fixture_root(const std::string& family);
 struct GoldenCase {
   std::vector<TokenId> prompt, greedy;
   std::vector<float> margins, logits;
+  // Top-5 (id, logprob) of the full forward at each greedy step, when the fixture records them.
+  std::vector<std::vector<std::pair<TokenId, float>>> top5;
   // greedy holds the full-forward (no cache) greedy tokens when the fixture records them: the
   // model's math with no cache path in between, checked in full.
   bool full_forward = false;
@@ -81,6 +83,11 @@ std::vector<std::vector<TokenId>> long_gdn_prompts();
 
 SequenceOptions greedy_options(int max_tokens);
 GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens);
+
+// The transformers fixture in `dir` through the contiguous path on `device`: f32 checkpoints give the
+// same greedy tokens, logits within 1e-4 relative and (where recorded) top-5 logprobs within 1e-3 at
+// every step; bf16 ones the same greedy tokens while the oracle's margin is clear, logits within 2%.
+void expect_matches_transformers(const std::string& device, const fs::path& dir);
 
 // An engine for model_dir on device, with 64 MiB of KV cache unless config says otherwise; null (and
 // a failed expectation) if it doesn't load.

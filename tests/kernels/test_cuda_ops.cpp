@@ -3,6 +3,7 @@
 // GPU run so unwritten elements fail. Skips, with the reason, where there is no GPU or no CUDA build.
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -160,7 +161,7 @@ TEST(CudaOps, RmsNormMatchesCpu) {
   }
 }
 
-TEST(CudaOps, AddAndSiluMulMatchCpu) {
+TEST(CudaOps, AddAndActMulMatchCpu) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
   Rng rng(4);
@@ -178,16 +179,46 @@ TEST(CudaOps, AddAndSiluMulMatchCpu) {
       EXPECT_EQ(compare_tensors(want, to_host(*gpu, a_dev.view()), 0, 0), "") << "add in place";
 
       // Widths: 16-byte pieces in one chunk, two chunks of 2,048 columns, and an odd width (scalar).
-      for (int64_t width : {768, 3072, 1001}) {
-        const Tensor gate_up = random_tensor({rows, 2 * width}, dtype, rng, -6, 6);
-        Tensor want_act = Tensor::cpu({rows, width}, dtype);
-        cpu.silu_mul(want_act.view(), gate_up.view());
-        Tensor gu_dev = to_device(*gpu, gate_up.view());
-        Tensor act_dev = poisoned(*gpu, {rows, width}, dtype);
-        gpu->silu_mul(act_dev.view(), gu_dev.view());
-        EXPECT_EQ(compare_tensors(want_act, to_host(*gpu, act_dev.view()), ulps(dtype, 1).rel, 1e-6), "")
-            << "silu_mul width " << width;
+      for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+        for (int64_t width : {768, 3072, 1001}) {
+          const Tensor gate_up = random_tensor({rows, 2 * width}, dtype, rng, -6, 6);
+          Tensor want_act = Tensor::cpu({rows, width}, dtype);
+          cpu.act_mul(want_act.view(), gate_up.view(), act);
+          Tensor gu_dev = to_device(*gpu, gate_up.view());
+          Tensor act_dev = poisoned(*gpu, {rows, width}, dtype);
+          gpu->act_mul(act_dev.view(), gu_dev.view(), act);
+          EXPECT_EQ(compare_tensors(want_act, to_host(*gpu, act_dev.view()), ulps(dtype, 1).rel, 1e-6), "")
+              << "act_mul " << static_cast<int>(act) << " width " << width;
+        }
       }
+    }
+  }
+}
+
+// The small elementwise ops of the dense families: a Linear's bias, the embedding scale and the final
+// logit soft-cap (each rounding where transformers rounds).
+TEST(CudaOps, AddBiasScaleAndSoftcapMatchCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  Rng rng(7);
+  for (DType dtype : kFloatTypes) {
+    for (int64_t rows : {1, 37}) {
+      SCOPED_TRACE(fmt::format("{} rows {}", dtype_name(dtype), rows));
+      const Tensor x = random_tensor({rows, 1001}, dtype, rng, -40, 40);
+      const Tensor bias = random_tensor({1001}, dtype, rng, -2, 2);
+      Tensor want = Tensor::cpu({rows, 1001}, dtype);
+      std::memcpy(want.view().data, x.view().data, x.nbytes());
+      Tensor got = to_device(*gpu, x.view());
+      const Tensor bias_dev = to_device(*gpu, bias.view());
+      cpu.add_bias(want.view(), bias.view());
+      gpu->add_bias(got.view(), bias_dev.view());
+      EXPECT_EQ(compare_tensors(want, to_host(*gpu, got.view()), 0, 0), "") << "add_bias";
+      cpu.scale(want.view(), want.view(), 8.0f);
+      gpu->scale(got.view(), got.view(), 8.0f);
+      EXPECT_EQ(compare_tensors(want, to_host(*gpu, got.view()), 0, 0), "") << "scale";
+      cpu.softcap(want.view(), 30.0f);
+      gpu->softcap(got.view(), 30.0f);
+      EXPECT_EQ(compare_tensors(want, to_host(*gpu, got.view()), ulps(dtype, 1).rel, 1e-6), "") << "softcap";
     }
   }
 }
@@ -338,9 +369,11 @@ TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
   for (DType dtype : kFloatTypes) {
     for (int64_t hd : {64, 128}) {
       // 29 tokens: a token's 24 heads spread over 3 blocks; 70 tokens: one block per token.
-      const std::pair<bool, int64_t> cases[] = {{false, 29}, {true, 29}, {false, 70}, {true, 70}};
-      for (const auto& [partial, t] : cases) {
-        SCOPED_TRACE(fmt::format("{} hd{} partial {} tokens {}", dtype_name(dtype), hd, partial, t));
+      // Without q/k norms (Llama, Mistral, Qwen2) the prologue is RoPE + cache write alone.
+      const std::tuple<bool, int64_t, bool> cases[] = {{false, 29, true}, {true, 29, true}, {false, 70, true},
+                                                       {true, 70, true},  {false, 29, false}, {true, 70, false}};
+      for (const auto& [partial, t, with_norm] : cases) {
+        SCOPED_TRACE(fmt::format("{} hd{} partial {} tokens {} norm {}", dtype_name(dtype), hd, partial, t, with_norm));
         const int64_t q_heads = 16, kv_heads = 8, width = (q_heads + 2 * kv_heads) * hd;
         const int64_t num_blocks = 8, block_size = 16, half = partial ? hd / 4 : hd / 2;
         const float scaling = partial ? 0.75f : 1.0f;
@@ -367,11 +400,12 @@ TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
                        const Tensor& kn, const Tensor& pos, const Tensor& freq, const Tensor& slot, bool fused) {
           TensorView q = heads(buffer, 0, q_heads), k = heads(buffer, q_heads, kv_heads),
                      v = heads(buffer, q_heads + kv_heads, kv_heads);
+          const TensorView qn_view = with_norm ? qn.view() : TensorView(), kn_view = with_norm ? kn.view() : TensorView();
           if (fused) {
-            be.qk_norm_rope_write_kv(q, k, v, qn.view(), kn.view(), 1e-6f, NormWeight::kPlain, pos.view(), freq.view(),
+            be.qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, NormWeight::kPlain, pos.view(), freq.view(),
                                      scaling, k_cache.view(), v_cache.view(), slot.view());
           } else {
-            be.Backend::qk_norm_rope_write_kv(q, k, v, qn.view(), kn.view(), 1e-6f, NormWeight::kPlain, pos.view(),
+            be.Backend::qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, NormWeight::kPlain, pos.view(),
                                               freq.view(), scaling, k_cache.view(), v_cache.view(), slot.view());
           }
         };

@@ -48,6 +48,16 @@ void parallel_rows(int64_t num_rows, int64_t scratch_size, Fn fn) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// torch's gelu(approximate="tanh") in f32, same order of operations.
+float gelu_tanh(float x) {
+  constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  constexpr float kKappa = 0.044715f;
+  const float inner = kBeta * (x + kKappa * (x * x * x));
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+float activation(Activation act, float x) { return act == Activation::kSilu ? silu(x) : gelu_tanh(x); }
+
 }  // namespace
 
 Tensor CpuBackend::alloc(Shape shape, DType dtype) { return Tensor::cpu(shape, dtype); }
@@ -160,16 +170,51 @@ void CpuBackend::rope(TensorView x, const TensorView& positions, const TensorVie
   });
 }
 
-void CpuBackend::silu_mul(TensorView out, const TensorView& gate_up) {
+void CpuBackend::act_mul(TensorView out, const TensorView& gate_up, Activation act) {
   const RowLayout in(gate_up), dst(out);
   const int64_t width = dst.row_size;
-  CHECK_MSG(in.row_size == 2 * width && in.num_rows == dst.num_rows, "silu_mul gate_up{} out{}",
+  CHECK_MSG(in.row_size == 2 * width && in.num_rows == dst.num_rows, "act_mul gate_up{} out{}",
             gate_up.shape.to_string(), out.shape.to_string());
   parallel_rows(in.num_rows, 2 * width, [&](int64_t r, float* row, float*) {
     load_row_f32(gate_up, in, r, row);
-    // transformers rounds silu(gate) to the activation dtype before multiplying by up.
-    for (int64_t i = 0; i < width; ++i) row[i] = round_to_dtype(silu(row[i]), out.dtype) * row[width + i];
+    // transformers rounds act(gate) to the activation dtype before multiplying by up.
+    for (int64_t i = 0; i < width; ++i) row[i] = round_to_dtype(activation(act, row[i]), out.dtype) * row[width + i];
     store_row_f32(out, dst, r, row);
+  });
+}
+
+void CpuBackend::add_bias(TensorView x, const TensorView& bias) {
+  const RowLayout rows(x);
+  CHECK_MSG(bias.numel() == rows.row_size && bias.is_contiguous(), "add_bias x{} bias{}", x.shape.to_string(),
+            bias.shape.to_string());
+  std::vector<float> b(static_cast<size_t>(rows.row_size));
+  convert_to_f32(bias.data, bias.dtype, b.data(), b.size());
+  parallel_rows(rows.num_rows, rows.row_size, [&](int64_t r, float* row, float*) {
+    load_row_f32(x, rows, r, row);
+    for (int64_t i = 0; i < rows.row_size; ++i) row[i] += b[static_cast<size_t>(i)];
+    store_row_f32(x, rows, r, row);
+  });
+}
+
+void CpuBackend::scale(TensorView out, const TensorView& x, float s) {
+  const RowLayout in(x), dst(out);
+  CHECK_MSG(in.row_size == dst.row_size && in.num_rows == dst.num_rows, "scale x{} out{}", x.shape.to_string(),
+            out.shape.to_string());
+  parallel_rows(in.num_rows, in.row_size, [&](int64_t r, float* row, float*) {
+    load_row_f32(x, in, r, row);
+    for (int64_t i = 0; i < in.row_size; ++i) row[i] *= s;
+    store_row_f32(out, dst, r, row);
+  });
+}
+
+void CpuBackend::softcap(TensorView x, float cap) {
+  const RowLayout rows(x);
+  const DType dt = x.dtype;
+  parallel_rows(rows.num_rows, rows.row_size, [&](int64_t r, float* row, float*) {
+    load_row_f32(x, rows, r, row);
+    for (int64_t i = 0; i < rows.row_size; ++i)
+      row[i] = round_to_dtype(std::tanh(round_to_dtype(row[i] / cap, dt)), dt) * cap;
+    store_row_f32(x, rows, r, row);
   });
 }
 

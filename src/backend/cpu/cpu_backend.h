@@ -25,7 +25,10 @@ class CpuBackend final : public Backend {
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
   void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
             float attention_scaling) override;
-  void silu_mul(TensorView out, const TensorView& gate_up) override;
+  void act_mul(TensorView out, const TensorView& gate_up, Activation act) override;
+  void add_bias(TensorView x, const TensorView& bias) override;
+  void scale(TensorView out, const TensorView& x, float s) override;
+  void softcap(TensorView x, float cap) override;
   void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
   void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
                 const TensorView& slot_mapping) override;

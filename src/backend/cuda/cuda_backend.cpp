@@ -126,7 +126,10 @@ class CudaBackend final : public Backend {
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
   void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq, float attention_scaling) override;
-  void silu_mul(TensorView out, const TensorView& gate_up) override;
+  void act_mul(TensorView out, const TensorView& gate_up, Activation act) override;
+  void add_bias(TensorView x, const TensorView& bias) override;
+  void scale(TensorView out, const TensorView& x, float s) override;
+  void softcap(TensorView x, float cap) override;
   void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
   void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
                 const TensorView& slot_mapping) override;
@@ -380,12 +383,32 @@ void CudaBackend::rope(TensorView x, const TensorView& positions, const TensorVi
                                attention_scaling, stream()));
 }
 
-void CudaBackend::silu_mul(TensorView out, const TensorView& gate_up) {
-  const cuda::Rows in = rows_of(gate_up, "silu_mul", "gate_up"), dst = rows_of(out, "silu_mul", "out");
-  CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] silu_mul gate_up{} out{}",
+void CudaBackend::act_mul(TensorView out, const TensorView& gate_up, Activation act) {
+  const cuda::Rows in = rows_of(gate_up, "act_mul", "gate_up"), dst = rows_of(out, "act_mul", "out");
+  CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] act_mul gate_up{} out{}",
             gate_up.shape.to_string(), out.shape.to_string());
-  check_dtype(out, gate_up.dtype, "silu_mul", "out");
-  CUDA_CHECK(cuda::launch_silu_mul(out.dtype, dst, in, stream()));
+  check_dtype(out, gate_up.dtype, "act_mul", "out");
+  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act == Activation::kGeluTanh, stream()));
+}
+
+void CudaBackend::add_bias(TensorView x, const TensorView& bias) {
+  const cuda::Rows rows = rows_of(x, "add_bias", "x");
+  check_dtype(bias, x.dtype, "add_bias", "bias");
+  CHECK_MSG(bias.device == Device::kCuda && bias.numel() == rows.row_size && bias.is_contiguous(),
+            "[cuda] add_bias: bias{} for rows of {}", bias.shape.to_string(), rows.row_size);
+  CUDA_CHECK(cuda::launch_add_bias(x.dtype, rows, bias.data, stream()));
+}
+
+void CudaBackend::scale(TensorView out, const TensorView& x, float s) {
+  const cuda::Rows in = rows_of(x, "scale", "x"), dst = rows_of(out, "scale", "out");
+  CHECK_MSG(in.row_size == dst.row_size && in.num_rows == dst.num_rows, "[cuda] scale x{} out{}",
+            x.shape.to_string(), out.shape.to_string());
+  check_dtype(out, x.dtype, "scale", "out");
+  CUDA_CHECK(cuda::launch_scale(x.dtype, dst, in, s, stream()));
+}
+
+void CudaBackend::softcap(TensorView x, float cap) {
+  CUDA_CHECK(cuda::launch_softcap(x.dtype, rows_of(x, "softcap", "x"), cap, stream()));
 }
 
 void CudaBackend::embedding(TensorView out, const TensorView& table, const TensorView& ids) {
@@ -615,14 +638,18 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
   a.head_dim = q.size(2);
   CHECK_MSG(a.head_dim <= cuda::kMaxPrologueHeadDim, "[cuda] {}: head_dim {} > {}", op, a.head_dim,
             cuda::kMaxPrologueHeadDim);
-  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v, &q_norm, &k_norm, &k_cache, &v_cache})
+  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v, &k_cache, &v_cache})
     check_dtype(*t, q.dtype, op, "operand");
-  CHECK_MSG(q_norm.device == Device::kCuda && k_norm.device == Device::kCuda && q_norm.numel() == a.head_dim &&
-                k_norm.numel() == a.head_dim && q_norm.is_contiguous() && k_norm.is_contiguous(),
-            "[cuda] {}: q_norm{} k_norm{} for head_dim {}", op, q_norm.shape.to_string(), k_norm.shape.to_string(),
-            a.head_dim);
-  a.q_norm = q_norm.data;
-  a.k_norm = k_norm.data;
+  if (q_norm.data != nullptr) {  // else a model without q/k norms
+    check_dtype(q_norm, q.dtype, op, "q_norm");
+    check_dtype(k_norm, q.dtype, op, "k_norm");
+    CHECK_MSG(q_norm.device == Device::kCuda && k_norm.device == Device::kCuda && q_norm.numel() == a.head_dim &&
+                  k_norm.numel() == a.head_dim && q_norm.is_contiguous() && k_norm.is_contiguous(),
+              "[cuda] {}: q_norm{} k_norm{} for head_dim {}", op, q_norm.shape.to_string(), k_norm.shape.to_string(),
+              a.head_dim);
+    a.q_norm = q_norm.data;
+    a.k_norm = k_norm.data;
+  }
   a.eps = eps;
   a.one_plus = mode == NormWeight::kOnePlus;
   a.half = inv_freq.numel();

@@ -1,4 +1,4 @@
-// Row-wise and elementwise kernels: rms_norm, add, rope, silu_mul, embedding, argmax, log_softmax,
+// Row-wise and elementwise kernels: rms_norm, add, rope, act_mul, add_bias, scale, softcap, embedding, argmax, log_softmax,
 // and the fused add_rms_norm and qk_norm_rope_write_kv.
 // Each computes in f32 and rounds once when storing, at the same points as the CPU twin
 // (backend/cpu/cpu_backend.cpp). Products whose rounding the CPU performs separately use __fmul_rn /
@@ -105,19 +105,23 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
     const int64_t kv_head = h - a.num_q_heads;
     T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
     const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
-    float sum_sq = 0.0f;
-    for (int64_t i = lane; i < d; i += 32) {
-      const float v = to_f32(x[i]);
-      sum_sq += v * v;
-    }
-    sum_sq = warp_sum(sum_sq);
-    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
-    for (int64_t i = lane; i < d; i += 32) {
-      const float v = to_f32(x[i]);
-      const float weight = to_f32(w[i]);
-      const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
-                                 : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
-      s[i] = round_to<T>(y);
+    if (w == nullptr) {  // a model without q/k norms: RoPE reads the projection as it is
+      for (int64_t i = lane; i < d; i += 32) s[i] = to_f32(x[i]);
+    } else {
+      float sum_sq = 0.0f;
+      for (int64_t i = lane; i < d; i += 32) {
+        const float v = to_f32(x[i]);
+        sum_sq += v * v;
+      }
+      sum_sq = warp_sum(sum_sq);
+      const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
+      for (int64_t i = lane; i < d; i += 32) {
+        const float v = to_f32(x[i]);
+        const float weight = to_f32(w[i]);
+        const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
+                                   : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+        s[i] = round_to<T>(y);
+      }
     }
     __syncwarp();
     for (int64_t j = lane; j < a.half; j += 32) {  // lane-private pairs (j, j + half)
@@ -193,15 +197,24 @@ __global__ void rope_kernel(Rows x, int64_t num_heads, const int32_t* __restrict
 // Block (row, chunk of kThreads * 8 columns); a thread owns 8 consecutive columns, loaded as one
 // 16-byte piece of gate and of up when `vector_ok` (16-bit dtype, aligned rows, width % 8 == 0). No
 // per-element index division: a prefill of 32k rows x 3,072 ran ~4x under bandwidth with one.
-template <typename T>
-__device__ __forceinline__ T silu_times(float gate, float up) {
-  // transformers rounds silu(gate) to the activation dtype before multiplying by up.
-  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-  return from_f32<T>(__fmul_rn(round_to<T>(silu), up));
+// The gated-MLP activations (backend.h Activation), in f32 in torch's order of operations.
+__device__ __forceinline__ float silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float gelu_tanh_f32(float x) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  const float inner = __fmul_rn(kBeta, __fadd_rn(x, __fmul_rn(kKappa, __fmul_rn(__fmul_rn(x, x), x))));
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
-template <typename T>
-__global__ void silu_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
+template <typename T, bool kGelu>
+__device__ __forceinline__ T act_times(float gate, float up) {
+  // transformers rounds act(gate) to the activation dtype before multiplying by up.
+  const float act = kGelu ? gelu_tanh_f32(gate) : silu_f32(gate);
+  return from_f32<T>(__fmul_rn(round_to<T>(act), up));
+}
+
+template <typename T, bool kGelu>
+__global__ void act_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
   const int64_t width = out.row_size;
   const int64_t r = blockIdx.x;
   const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
@@ -214,14 +227,42 @@ __global__ void silu_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
       *reinterpret_cast<uint4*>(gate) = *reinterpret_cast<const uint4*>(in + c0);
       *reinterpret_cast<uint4*>(up) = *reinterpret_cast<const uint4*>(in + width + c0);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) result[i] = silu_times<T>(to_f32(gate[i]), to_f32(up[i]));
+      for (int i = 0; i < 8; ++i) result[i] = act_times<T, kGelu>(to_f32(gate[i]), to_f32(up[i]));
       *reinterpret_cast<uint4*>(dst + c0) = *reinterpret_cast<const uint4*>(result);
       return;
     }
   }
   const int64_t c_end = c0 + 8 < width ? c0 + 8 : width;
-  for (int64_t c = c0; c < c_end; ++c) dst[c] = silu_times<T>(to_f32(in[c]), to_f32(in[width + c]));
+  for (int64_t c = c0; c < c_end; ++c) dst[c] = act_times<T, kGelu>(to_f32(in[c]), to_f32(in[width + c]));
 }
+
+// Elementwise maps over rows: out = f(x row r, column c). One thread per element, grid-stride.
+template <typename T, typename Fn>
+__global__ void map_rows_kernel(Rows out, Rows x, Fn fn) {
+  const int64_t n = x.num_rows * x.row_size;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / x.row_size, c = i % x.row_size;
+    row_ptr<T>(out, r)[c] = from_f32<T>(fn(to_f32(row_ptr<const T>(x, r)[c]), c));
+  }
+}
+
+template <typename T>
+struct AddBias {
+  const T* bias;
+  __device__ float operator()(float v, int64_t c) const { return __fadd_rn(v, to_f32(bias[c])); }
+};
+struct Scale {
+  float s;
+  __device__ float operator()(float v, int64_t) const { return __fmul_rn(v, s); }
+};
+template <typename T>
+struct Softcap {  // transformers: x / cap, tanh, * cap, each rounded to the dtype
+  float cap;
+  __device__ float operator()(float v, int64_t) const {
+    return __fmul_rn(round_to<T>(tanhf(round_to<T>(__fdiv_rn(v, cap)))), cap);
+  }
+};
 
 template <typename T>
 __global__ void embedding_kernel(Rows out, Rows table, const int32_t* __restrict__ ids) {
@@ -448,7 +489,7 @@ cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* p
   });
 }
 
-cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t stream) {
+cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, bool gelu_tanh, cudaStream_t stream) {
   if (out.num_rows * out.row_size == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
@@ -458,7 +499,35 @@ cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t st
     };
     const bool vector_ok = sizeof(T) == 2 && out.row_size % 8 == 0 && aligned(out) && aligned(gate_up);
     const dim3 grid(static_cast<unsigned>(out.num_rows), blocks_for(out.row_size, int64_t{kThreads} * 8));
-    silu_mul_kernel<T><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+    if (gelu_tanh) act_mul_kernel<T, true><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+    else act_mul_kernel<T, false><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_add_bias(DType dtype, Rows x, const void* bias, cudaStream_t stream) {
+  if (x.num_rows * x.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    using T = decltype(t);
+    map_rows_kernel<T><<<stride_blocks(x.num_rows * x.row_size), kThreads, 0, stream>>>(
+        x, x, AddBias<T>{static_cast<const T*>(bias)});
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_scale(DType dtype, Rows out, Rows x, float s, cudaStream_t stream) {
+  if (x.num_rows * x.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    map_rows_kernel<decltype(t)><<<stride_blocks(x.num_rows * x.row_size), kThreads, 0, stream>>>(out, x, Scale{s});
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_softcap(DType dtype, Rows x, float cap, cudaStream_t stream) {
+  if (x.num_rows * x.row_size == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    using T = decltype(t);
+    map_rows_kernel<T><<<stride_blocks(x.num_rows * x.row_size), kThreads, 0, stream>>>(x, x, Softcap<T>{cap});
     return cudaGetLastError();
   });
 }

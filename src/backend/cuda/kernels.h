@@ -36,8 +36,14 @@ cudaError_t launch_add(DType dtype, Rows out, Rows a, Rows b, cudaStream_t strea
 // x: [T, H, head_dim] as rows (T * H rows); rotates the first 2 * half dims of each row.
 cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* positions,
                         const float* inv_freq, int64_t half, float attention_scaling, cudaStream_t stream);
-// out rows [I] = silu(gate_up[:I]) * gate_up[I:]
-cudaError_t launch_silu_mul(DType dtype, Rows out, Rows gate_up, cudaStream_t stream);
+// out rows [I] = act(gate_up[:I]) * gate_up[I:], act = gelu_tanh ? GELU-tanh : SiLU
+cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, bool gelu_tanh, cudaStream_t stream);
+// x rows += bias [row_size] (x's dtype), in place
+cudaError_t launch_add_bias(DType dtype, Rows x, const void* bias, cudaStream_t stream);
+// out = x * s
+cudaError_t launch_scale(DType dtype, Rows out, Rows x, float s, cudaStream_t stream);
+// x = cap * tanh(x / cap) with transformers' rounding points (backend.h softcap), in place
+cudaError_t launch_softcap(DType dtype, Rows x, float cap, cudaStream_t stream);
 // out row t = table row ids[t]; a row of `table` has out.row_size elements. Traps on ids outside
 // [0, num_table_rows) (a broken invariant: ids are validated before they reach the device).
 cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* ids, cudaStream_t stream);
@@ -75,7 +81,7 @@ inline constexpr int64_t kMaxPrologueHeadDim = 256;
 struct QkPrologueArgs {
   Rows q, k, v;
   int64_t num_tokens = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
-  const void* q_norm = nullptr;  // [head_dim]
+  const void* q_norm = nullptr;  // [head_dim]; both null: no q/k norm
   const void* k_norm = nullptr;
   float eps = 0.0f;
   bool one_plus = false;

@@ -1,0 +1,196 @@
+#include "model/decoder.h"
+
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "model/activations.h"
+#include "model/layers/attention.h"
+#include "model/layers/embedding.h"
+#include "model/layers/gated_mlp.h"
+
+namespace pagellm {
+
+namespace {
+
+using layers::AttentionWeights;
+using layers::MlpWeights;
+using layers::RmsNorm;
+
+struct DecoderLayer {
+  RmsNorm input_norm;           // before attention
+  AttentionWeights attention;
+  RmsNorm post_attention_norm;  // on the attention output (sandwich norms), else undefined
+  RmsNorm pre_ffn_norm;         // before the MLP
+  MlpWeights mlp;
+  RmsNorm post_ffn_norm;        // on the MLP output (sandwich norms), else undefined
+};
+
+// Activation buffers, by index.
+enum Buffer : size_t { kHidden, kNormed, kProj, kLastRows };
+
+layers::AttentionShape attention_shape(const ModelConfig& c) {
+  return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim};
+}
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const ModelConfig& config, const DecoderSpec& spec, Backend& backend)
+      : config_(config),
+        spec_(spec),
+        backend_(backend),
+        act_(backend, config.dtype),
+        attention_(backend, config.dtype, attention_shape(config)),
+        mlp_(backend, config.dtype, config.intermediate_size) {}
+
+  Status load(const Checkpoint& checkpoint);
+  const ModelConfig& config() const override { return config_; }
+  MemorySpec memory_spec() const override {
+    return MemorySpec{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, config_.dtype};
+  }
+  void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
+
+ private:
+  Status load_layer(WeightLoader& loader, int64_t index, DecoderLayer& layer);
+  layers::AttentionOptions attention_options(int64_t layer_index) const;
+  float eps() const { return static_cast<float>(config_.rms_norm_eps); }
+
+  ModelConfig config_;
+  DecoderSpec spec_;
+  Backend& backend_;
+  Activations act_;
+  layers::Attention attention_;
+  layers::GatedMlp mlp_;
+  Activation activation_ = Activation::kSilu;
+  layers::TokenEmbedding embedding_;
+  layers::LmHead head_;
+  layers::Rotary rotary_;                       // full-attention layers (all layers unless rotary_local_)
+  std::optional<layers::Rotary> rotary_local_;  // sliding layers that rotate differently (Gemma 3)
+  std::vector<DecoderLayer> layers_;
+};
+
+layers::AttentionOptions DecoderModel::attention_options(int64_t i) const {
+  layers::AttentionOptions options;
+  options.scale = spec_.attention_scale > 0.0f ? spec_.attention_scale
+                                               : 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  const bool sliding = config_.layer_types[static_cast<size_t>(i)] == LayerType::kSlidingAttention;
+  options.sliding_window = sliding && config_.sliding_window ? static_cast<int32_t>(*config_.sliding_window) : -1;
+  options.softcap = spec_.attn_softcap;
+  return options;
+}
+
+Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& layer) {
+  const int64_t h = config_.hidden_size;
+  const NormWeight mode = spec_.norm_mode;
+  const std::string p = fmt::format("{}layers.{}.", spec_.weight_prefix, i);
+  PAGELLM_ASSIGN_OR_RETURN(layer.input_norm, layers::load_rms_norm(loader, p + "input_layernorm.weight", h, mode, eps()));
+  layers::AttentionLoadOptions attention;
+  attention.qkv_bias = spec_.qkv_bias;
+  attention.o_bias = spec_.o_bias;
+  attention.qk_norm = spec_.qk_norm;
+  attention.qk_norm_mode = mode;
+  attention.eps = eps();
+  PAGELLM_ASSIGN_OR_RETURN(layer.attention,
+                           layers::load_attention(loader, p + "self_attn.", attention_shape(config_), attention));
+  const bool sliding = config_.layer_types[static_cast<size_t>(i)] == LayerType::kSlidingAttention;
+  layer.attention.rotary = sliding && rotary_local_ ? &*rotary_local_ : &rotary_;
+  layer.attention.options = attention_options(i);
+  if (spec_.sandwich_norms) {
+    PAGELLM_ASSIGN_OR_RETURN(layer.post_attention_norm,
+                             layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h, mode, eps()));
+    PAGELLM_ASSIGN_OR_RETURN(layer.pre_ffn_norm,
+                             layers::load_rms_norm(loader, p + "pre_feedforward_layernorm.weight", h, mode, eps()));
+    PAGELLM_ASSIGN_OR_RETURN(layer.post_ffn_norm,
+                             layers::load_rms_norm(loader, p + "post_feedforward_layernorm.weight", h, mode, eps()));
+  } else {
+    PAGELLM_ASSIGN_OR_RETURN(layer.pre_ffn_norm,
+                             layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h, mode, eps()));
+  }
+  PAGELLM_ASSIGN_OR_RETURN(layer.mlp, layers::load_gated_mlp(loader, p + "mlp.", h, config_.intermediate_size,
+                                                             activation_, spec_.mlp_bias));
+  return Status::ok();
+}
+
+Status DecoderModel::load(const Checkpoint& checkpoint) {
+  const int64_t h = config_.hidden_size, v = config_.vocab_size;
+  PAGELLM_ASSIGN_OR_RETURN(activation_, layers::parse_activation(config_.hidden_act));
+  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype));
+  PAGELLM_ASSIGN_OR_RETURN(rotary_, layers::make_rotary(backend_, config_.rope, config_.head_dim));
+  if (config_.rope_local) {
+    PAGELLM_ASSIGN_OR_RETURN(layers::Rotary local, layers::make_rotary(backend_, *config_.rope_local, config_.head_dim));
+    rotary_local_ = std::move(local);
+  }
+  const std::string& m = spec_.weight_prefix;
+  PAGELLM_ASSIGN_OR_RETURN(embedding_.table, loader.load(m + "embed_tokens.weight", {v, h}));
+  if (spec_.scale_embeddings) {
+    // transformers multiplies by sqrt(hidden) held in the activation dtype.
+    embedding_.scale = round_to_dtype(static_cast<float>(std::sqrt(static_cast<double>(h))), config_.dtype);
+  }
+  PAGELLM_ASSIGN_OR_RETURN(head_.final_norm, layers::load_rms_norm(loader, m + "norm.weight", h, spec_.norm_mode, eps()));
+  PAGELLM_ASSIGN_OR_RETURN(head_.weight, layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h));
+  head_.final_softcap = spec_.final_softcap;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    DecoderLayer layer;
+    PAGELLM_RETURN_IF_ERROR(load_layer(loader, i, layer));
+    layers_.push_back(std::move(layer));
+  }
+  act_.define(kHidden, h);
+  act_.define(kNormed, h);
+  act_.define(kProj, h);
+  act_.define(kLastRows, h);
+  return Status::ok();
+}
+
+void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) {
+  CHECK(static_cast<int64_t>(caches.attention_layers.size()) == config_.num_hidden_layers && !layers_.empty());
+  const int64_t num_tokens = batch.num_tokens;
+  TensorView hidden = act_.rows(kHidden, num_tokens);  // [T, H], the residual stream
+  TensorView normed = act_.rows(kNormed, num_tokens);  // [T, H], the input of the next block
+  TensorView proj = act_.rows(kProj, num_tokens);      // [T, H], the output of the last block
+  embedding_.forward(backend_, hidden, batch.token_ids);
+  layers_.front().input_norm.forward(backend_, normed, hidden);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DecoderLayer& layer = layers_[i];
+    attention_.forward(layer.attention, caches.attention_layers[i], batch, normed, proj);
+    if (layer.post_attention_norm.defined()) layer.post_attention_norm.forward(backend_, proj, proj);
+    // Each block's residual add is fused with the norm that opens the next block.
+    layer.pre_ffn_norm.add_forward(backend_, hidden, normed, proj);
+    mlp_.forward(layer.mlp, normed, proj);
+    if (layer.post_ffn_norm.defined()) layer.post_ffn_norm.forward(backend_, proj, proj);
+    if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
+  }
+  backend_.add(hidden, hidden, proj);
+  // Only the rows that sample go through the final norm and the vocabulary projection.
+  TensorView last = act_.rows(kLastRows, batch.logits_rows.numel());  // [R, H]
+  backend_.embedding(last, hidden, batch.logits_rows);
+  head_.forward(backend_, logits, last);
+}
+
+Status validate_decoder_config(const ModelConfig& c, const DecoderSpec& spec) {
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    return invalid_argument("[config] num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                            c.num_attention_heads, c.num_key_value_heads);
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    return invalid_argument("[config] head_dim must be even and > 0, got {}", c.head_dim);
+  if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
+    return invalid_argument("[config] layer_types has {} entries for {} layers", c.layer_types.size(),
+                            c.num_hidden_layers);
+  for (LayerType t : c.layer_types)
+    if (t == LayerType::kLinearAttention)
+      return invalid_argument("[config] {} has no linear_attention layers", spec.family);
+  PAGELLM_RETURN_IF_ERROR(layers::parse_activation(c.hidden_act).status());
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> make_decoder(const ModelConfig& config, const DecoderSpec& spec,
+                                              const Checkpoint& checkpoint, Backend& backend) {
+  PAGELLM_RETURN_IF_ERROR(validate_decoder_config(config, spec));
+  auto model = std::make_unique<DecoderModel>(config, spec, backend);
+  PAGELLM_RETURN_IF_ERROR(model->load(checkpoint));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace pagellm

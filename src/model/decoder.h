@@ -1,0 +1,46 @@
+// Decoder: the dense decoder-only transformer that Llama, Mistral, Qwen2, Qwen3 and Gemma 2/3 share,
+// built from the layers room (model/layers/). A family file only fills a DecoderSpec from its config.
+//
+//   hidden = embed(ids) [* sqrt(H)]
+//   per layer:  x = input_norm(hidden) ─ attention ─ [post_attention_norm] ─ hidden += ·
+//               x = pre_ffn_norm(hidden) ─ gated MLP ─ [post_ffn_norm] ─ hidden += ·
+//   logits = lm_head(final_norm(hidden[rows that sample])) [soft-capped]
+// (Llama names its pre-FFN norm post_attention_layernorm; Gemma's sandwich has all four.)
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+
+namespace pagellm {
+
+struct DecoderSpec {
+  std::string family;           // for messages: "Llama", "Gemma 3", ...
+  std::string weight_prefix = "model.";  // embed_tokens, layers.*, norm live under it
+  NormWeight norm_mode = NormWeight::kPlain;  // every RMSNorm of the model
+  bool qk_norm = false;         // per-head q/k RMSNorm before RoPE (Qwen3, Gemma 3)
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool sandwich_norms = false;  // norms after attention and after the MLP too (Gemma)
+  bool scale_embeddings = false;  // embeddings * sqrt(hidden), the scalar in the activation dtype (Gemma)
+  float attention_scale = 0.0f;   // 0: head_dim^-0.5
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
+};
+
+// Checks the config fields every dense family reads (heads, head_dim, layer types, activation) and
+// loads the checkpoint.
+Expected<std::unique_ptr<Model>> make_decoder(const ModelConfig& config, const DecoderSpec& spec,
+                                              const Checkpoint& checkpoint, Backend& backend);
+
+// The family factories (one short file each: llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp, gemma.cpp).
+Expected<std::unique_ptr<Model>> make_llama(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend);
+Expected<std::unique_ptr<Model>> make_mistral(const ModelConfig& config, const Checkpoint& checkpoint,
+                                              Backend& backend);
+Expected<std::unique_ptr<Model>> make_qwen2(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend);
+Expected<std::unique_ptr<Model>> make_gemma2(const ModelConfig& config, const Checkpoint& checkpoint,
+                                             Backend& backend);
+Expected<std::unique_ptr<Model>> make_gemma3(const ModelConfig& config, const Checkpoint& checkpoint,
+                                             Backend& backend);
+
+}  // namespace pagellm

@@ -1,0 +1,65 @@
+#include "model/layers/attention.h"
+
+namespace pagellm::layers {
+
+namespace {
+enum Buffer : size_t { kQkv, kAttnOut };
+}  // namespace
+
+Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
+                                          const AttentionLoadOptions& options) {
+  const int64_t hd = shape.head_dim, q_rows = shape.num_heads * hd, kv_rows = shape.num_kv_heads * hd;
+  AttentionWeights w;
+  PAGELLM_ASSIGN_OR_RETURN(w.qkv, load_linear(loader,
+                                              {{prefix + "q_proj", q_rows}, {prefix + "k_proj", kv_rows},
+                                               {prefix + "v_proj", kv_rows}},
+                                              shape.hidden, options.qkv_bias));
+  PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias));
+  if (options.qk_norm) {
+    PAGELLM_ASSIGN_OR_RETURN(w.q_norm, load_rms_norm(loader, prefix + "q_norm.weight", hd, options.qk_norm_mode,
+                                                     options.eps));
+    PAGELLM_ASSIGN_OR_RETURN(w.k_norm, load_rms_norm(loader, prefix + "k_norm.weight", hd, options.qk_norm_mode,
+                                                     options.eps));
+  }
+  return w;
+}
+
+AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options) {
+  AttentionParams params;
+  params.cu_seqlens_q = batch.cu_seqlens_q;
+  params.seq_lens_k = batch.seq_lens_k;
+  params.block_tables = batch.block_tables;
+  params.scale = options.scale;
+  params.sliding_window = options.sliding_window;
+  params.softcap = options.softcap;
+  params.max_seqlen_q = batch.max_seqlen_q;
+  params.max_seqlen_k = batch.max_seqlen_k;
+  return params;
+}
+
+Attention::Attention(Backend& backend, DType dtype, const AttentionShape& shape)
+    : backend_(backend), shape_(shape), act_(backend, dtype) {
+  act_.define(kQkv, (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim);
+  act_.define(kAttnOut, shape.num_heads * shape.head_dim);
+}
+
+void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, const StepBatch& batch,
+                        const TensorView& normed, TensorView out) {
+  const int64_t num_tokens = batch.num_tokens, hd = shape_.head_dim, nh = shape_.num_heads, nkv = shape_.num_kv_heads;
+  TensorView qkv = act_.rows(kQkv, num_tokens);       // [T, (nH + 2 nKV) hd]
+  TensorView attn = act_.rows(kAttnOut, num_tokens);  // [T, nH hd]
+  w.qkv.forward(backend_, qkv, normed);
+  TensorView q = head_columns(qkv, 0, nh, hd);  // [T, nH, hd]
+  TensorView k = head_columns(qkv, nh * hd, nkv, hd);
+  TensorView v = head_columns(qkv, (nh + nkv) * hd, nkv, hd);
+  // Per-head q/k norm (when the family has one) before RoPE, then k and v into the paged cache.
+  const bool has_qk_norm = w.q_norm.defined();
+  backend_.qk_norm_rope_write_kv(q, k, v, has_qk_norm ? w.q_norm.weight.view() : TensorView(),
+                                 has_qk_norm ? w.k_norm.weight.view() : TensorView(), w.q_norm.eps, w.q_norm.mode,
+                                 batch.positions, w.rotary->inv_freq, w.rotary->attention_scaling, cache.k, cache.v,
+                                 batch.slot_mapping);
+  backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, attention_params(batch, w.options));
+  w.o.forward(backend_, out, attn);
+}
+
+}  // namespace pagellm::layers

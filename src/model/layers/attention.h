@@ -1,0 +1,65 @@
+// Attention: the self-attention block of the dense families (Llama, Mistral, Qwen2, Qwen3, Gemma).
+//
+//   normed [T, H] ─ qkv (one Linear, optional bias) ─▶ q [T, nH, hd] | k [T, nKV, hd] | v [T, nKV, hd]
+//   q, k ─ optional per-head RMSNorm ─ RoPE ─▶ k, v into the paged cache     (one fused backend op)
+//   varlen paged attention (scale, sliding window, soft-cap) ─ o (Linear) ─▶ out [T, H]
+#pragma once
+
+#include <string>
+
+#include "model/activations.h"
+#include "model/layers/linear.h"
+#include "model/layers/norm.h"
+#include "model/layers/rotary.h"
+#include "model/step_batch.h"
+
+namespace pagellm::layers {
+
+struct AttentionShape {
+  int64_t hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+};
+
+// What varies between families and between the layers of one model.
+struct AttentionOptions {
+  float scale = 1.0f;           // multiplies q.k: head_dim^-0.5, or query_pre_attn_scalar^-0.5 (Gemma)
+  int32_t sliding_window = -1;  // -1 = full attention
+  float softcap = 0.0f;         // 0 = off (Gemma 2: 50)
+};
+
+struct AttentionWeights {
+  Linear qkv;              // [(nH + 2 nKV) hd, H]  rows: q | k | v
+  RmsNorm q_norm, k_norm;  // [hd] each, or undefined (no q/k norm)
+  Linear o;                // [H, nH hd]
+  const Rotary* rotary = nullptr;  // owned by the model (shared by the layers of one type)
+  AttentionOptions options;
+};
+
+// How a family names and shapes its attention tensors under `prefix` ("model.layers.3.self_attn.").
+struct AttentionLoadOptions {
+  bool qkv_bias = false, o_bias = false;
+  bool qk_norm = false;
+  NormWeight qk_norm_mode = NormWeight::kPlain;
+  float eps = 1e-6f;
+};
+
+Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
+                                          const AttentionLoadOptions& options);
+
+// One block object serves every layer of a model (its scratch buffers are reused layer after layer).
+class Attention {
+ public:
+  Attention(Backend& backend, DType dtype, const AttentionShape& shape);
+  // out[T, H] = attention(normed[T, H]); writes this step's k, v into `cache`.
+  void forward(const AttentionWeights& weights, const KvCacheView& cache, const StepBatch& batch,
+               const TensorView& normed, TensorView out);
+
+ private:
+  Backend& backend_;
+  AttentionShape shape_;
+  Activations act_;
+};
+
+// The AttentionParams of a step's batch for one layer.
+AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options);
+
+}  // namespace pagellm::layers
