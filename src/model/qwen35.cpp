@@ -8,8 +8,10 @@
 
 #include "model/activations.h"
 #include "model/gdn_mixer.h"
+#include "model/layers/attention.h"
+#include "model/layers/embedding.h"
+#include "model/layers/gated_mlp.h"
 #include "model/moe_ffn.h"
-#include "model/rope_table.h"
 #include "model/weights.h"
 
 namespace pagellm {
@@ -17,23 +19,23 @@ namespace pagellm {
 namespace {
 
 struct GatedAttentionWeights {
-  Tensor qkv_proj;        // [2 nH hd + 2 nKV hd, H]  rows: (q_h | gate_h) per head h, then k, then v
-  Tensor q_norm, k_norm;  // [hd], 1 + w
-  Tensor o_proj;          // [H, nH hd]
+  layers::Linear qkv;             // [2 nH hd + 2 nKV hd, H]  rows: (q_h | gate_h) per head h, then k, then v
+  layers::RmsNorm q_norm, k_norm;  // [hd], 1 + w
+  layers::Linear o;               // [H, nH hd]
 };
 
 struct HybridLayer {
   LayerType type = LayerType::kLinearAttention;
-  int64_t cache_index = 0;        // attention-layer or GDN-layer ordinal (CacheViews)
-  Tensor input_norm, post_norm;   // [H], 1 + w
-  GatedAttentionWeights attention;  // full-attention layers
-  GdnWeights gdn;                   // linear-attention layers
-  std::optional<SwiGluWeights> mlp; // dense FFN ...
-  std::optional<MoeWeights> moe;    // ... or MoE
+  int64_t cache_index = 0;                   // attention-layer or GDN-layer ordinal (CacheViews)
+  layers::RmsNorm input_norm, post_norm;     // [H], 1 + w
+  GatedAttentionWeights attention;           // full-attention layers
+  GdnWeights gdn;                            // linear-attention layers
+  std::optional<layers::MlpWeights> mlp;     // dense FFN ...
+  std::optional<MoeWeights> moe;             // ... or MoE
 };
 
 // Activation buffers, by index.
-enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kGateUp, kMlpAct, kProj, kLastRows };
+enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kProj, kLastRows };
 
 // [T, nH, hd] view of q (or, with first_col = hd, of the gate) inside q_proj's per-head [q_h | gate_h] rows.
 TensorView interleaved_heads(const TensorView& qkv, int64_t first_col, int64_t num_heads, int64_t head_dim) {
@@ -45,7 +47,11 @@ TensorView interleaved_heads(const TensorView& qkv, int64_t first_col, int64_t n
 class Qwen35Model final : public Model {
  public:
   Qwen35Model(const ModelConfig& config, Backend& backend)
-      : config_(config), backend_(backend), act_(backend, config.dtype), gdn_(config, backend) {
+      : config_(config),
+        backend_(backend),
+        act_(backend, config.dtype),
+        gdn_(config, backend),
+        mlp_(backend, config.dtype, config.intermediate_size) {
     if (config.num_experts > 0) moe_.emplace(config, backend);
   }
 
@@ -67,12 +73,11 @@ class Qwen35Model final : public Model {
   Backend& backend_;
   Activations act_;
   GdnMixer gdn_;
+  layers::GatedMlp mlp_;
   std::optional<MoeFfn> moe_;
-  Tensor embed_tokens_;  // [V, H]
-  Tensor final_norm_;    // [H], 1 + w
-  Tensor lm_head_;       // [V, H]; shares embed_tokens_ when tied
-  Tensor inv_freq_;      // [rot / 2], f32
-  float rope_scaling_ = 1.0f;
+  layers::TokenEmbedding embedding_;
+  layers::LmHead head_;    // final norm 1 + w
+  layers::Rotary rotary_;  // partial RoPE: [rot / 2]
   int64_t num_attention_layers_ = 0, num_gdn_layers_ = 0;
   std::vector<HybridLayer> layers_;
 };
@@ -86,9 +91,12 @@ bool Qwen35Model::is_moe_layer(int64_t i) const {
 Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64_t i, HybridLayer& layer) {
   const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   layer.type = config_.layer_types[static_cast<size_t>(i)];
-  PAGELLM_ASSIGN_OR_RETURN(layer.input_norm, loader.load(p + "input_layernorm.weight", {h}));
-  PAGELLM_ASSIGN_OR_RETURN(layer.post_norm, loader.load(p + "post_attention_layernorm.weight", {h}));
+  PAGELLM_ASSIGN_OR_RETURN(layer.input_norm,
+                           layers::load_rms_norm(loader, p + "input_layernorm.weight", h, NormWeight::kOnePlus, eps));
+  PAGELLM_ASSIGN_OR_RETURN(layer.post_norm, layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h,
+                                                                  NormWeight::kOnePlus, eps));
   if (layer.type == LayerType::kLinearAttention) {
     layer.cache_index = num_gdn_layers_++;
     PAGELLM_ASSIGN_OR_RETURN(layer.gdn, load_gdn_weights(loader, backend_, backend_.weight_dtype(config_.dtype),
@@ -96,23 +104,23 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
   } else {
     layer.cache_index = num_attention_layers_++;
     GatedAttentionWeights& a = layer.attention;
-    PAGELLM_ASSIGN_OR_RETURN(a.qkv_proj, loader.load_rows({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                                           p + "self_attn.v_proj.weight"},
-                                                          {{2 * nh * hd, h}, {nkv * hd, h}, {nkv * hd, h}}));
-    PAGELLM_ASSIGN_OR_RETURN(a.q_norm, loader.load(p + "self_attn.q_norm.weight", {hd}));
-    PAGELLM_ASSIGN_OR_RETURN(a.k_norm, loader.load(p + "self_attn.k_norm.weight", {hd}));
-    PAGELLM_ASSIGN_OR_RETURN(a.o_proj, loader.load(p + "self_attn.o_proj.weight", {h, nh * hd}));
+    PAGELLM_ASSIGN_OR_RETURN(a.qkv, layers::load_linear(loader,
+                                                        {{p + "self_attn.q_proj", 2 * nh * hd},
+                                                         {p + "self_attn.k_proj", nkv * hd},
+                                                         {p + "self_attn.v_proj", nkv * hd}},
+                                                        h, /*with_bias=*/false));
+    PAGELLM_ASSIGN_OR_RETURN(a.q_norm, layers::load_rms_norm(loader, p + "self_attn.q_norm.weight", hd,
+                                                             NormWeight::kOnePlus, eps));
+    PAGELLM_ASSIGN_OR_RETURN(a.k_norm, layers::load_rms_norm(loader, p + "self_attn.k_norm.weight", hd,
+                                                             NormWeight::kOnePlus, eps));
+    PAGELLM_ASSIGN_OR_RETURN(a.o, layers::load_linear(loader, {{p + "self_attn.o_proj", h}}, nh * hd, false));
   }
   if (is_moe_layer(i)) {
     PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, backend_.weight_dtype(config_.dtype),
                                                          config_, p + "mlp."));
   } else {
-    const int64_t inter = config_.intermediate_size;
-    SwiGluWeights mlp;
-    PAGELLM_ASSIGN_OR_RETURN(mlp.gate_up, loader.load_rows({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                                                           {{inter, h}, {inter, h}}));
-    PAGELLM_ASSIGN_OR_RETURN(mlp.down, loader.load(p + "mlp.down_proj.weight", {h, inter}));
-    layer.mlp = std::move(mlp);
+    PAGELLM_ASSIGN_OR_RETURN(layer.mlp, layers::load_gated_mlp(loader, p + "mlp.", h, config_.intermediate_size,
+                                                               Activation::kSilu, /*with_bias=*/false));
   }
   return Status::ok();
 }
@@ -123,33 +131,22 @@ Status Qwen35Model::load(const Checkpoint& checkpoint) {
   WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype));
   // Released Qwen3.5 checkpoints keep the text model under model.language_model.
   const std::string m = loader.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-  PAGELLM_ASSIGN_OR_RETURN(embed_tokens_, loader.load(m + "embed_tokens.weight", {v, h}));
-  PAGELLM_ASSIGN_OR_RETURN(final_norm_, loader.load(m + "norm.weight", {h}));
-  if (loader.has("lm_head.weight")) {
-    PAGELLM_ASSIGN_OR_RETURN(lm_head_, loader.load("lm_head.weight", {v, h}));
-  } else if (config_.tie_word_embeddings) {
-    lm_head_ = embed_tokens_;
-  } else {
-    return invalid_argument("[checkpoint] tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
-  }
+  PAGELLM_ASSIGN_OR_RETURN(embedding_.table, loader.load(m + "embed_tokens.weight", {v, h}));
+  PAGELLM_ASSIGN_OR_RETURN(head_.final_norm, layers::load_rms_norm(loader, m + "norm.weight", h, NormWeight::kOnePlus,
+                                                                   static_cast<float>(config_.rms_norm_eps)));
+  PAGELLM_ASSIGN_OR_RETURN(head_.weight,
+                           layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     HybridLayer layer;
     PAGELLM_RETURN_IF_ERROR(load_layer(loader, fmt::format("{}layers.{}.", m, i), i, layer));
     layers_.push_back(std::move(layer));
   }
-  PAGELLM_ASSIGN_OR_RETURN(RopeTable rope, make_rope_table(config_.rope, hd));
-  Tensor inv_freq_host = Tensor::cpu({static_cast<int64_t>(rope.inv_freq.size())}, DType::kF32);
-  std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), inv_freq_host.ptr<float>());
-  inv_freq_ = backend_.alloc(inv_freq_host.shape(), DType::kF32);
-  backend_.copy(inv_freq_.view(), inv_freq_host.view());
-  rope_scaling_ = rope.attention_scaling;
+  PAGELLM_ASSIGN_OR_RETURN(rotary_, layers::make_rotary(backend_, config_.rope, hd));
 
   act_.define(kHidden, h);
   act_.define(kNormed, h);
   act_.define(kQkv, 2 * nh * hd + 2 * nkv * hd);
   act_.define(kAttnOut, nh * hd);
-  act_.define(kGateUp, 2 * std::max<int64_t>(config_.intermediate_size, 1));
-  act_.define(kMlpAct, std::max<int64_t>(config_.intermediate_size, 1));
   act_.define(kProj, h);
   act_.define(kLastRows, h);
   return Status::ok();
@@ -178,20 +175,19 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
   CHECK_MSG(num_gdn_layers_ == 0 || batch.state_slots.numel() == batch.num_seqs,
             "hybrid model: state_slots has {} entries for {} sequences", batch.state_slots.numel(), batch.num_seqs);
   const int64_t num_tokens = batch.num_tokens;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
   TensorView hidden = act_.rows(kHidden, num_tokens);  // [T, H], the residual stream
   TensorView normed = act_.rows(kNormed, num_tokens);  // [T, H]
   TensorView proj = act_.rows(kProj, num_tokens);      // [T, H], a block's output
-  backend_.embedding(hidden, embed_tokens_, batch.token_ids);
+  embedding_.forward(backend_, hidden, batch.token_ids);
   for (const HybridLayer& layer : layers_) {
-    backend_.rms_norm(normed, hidden, layer.input_norm, eps, NormWeight::kOnePlus);
+    layer.input_norm.forward(backend_, normed, hidden);
     if (layer.type == LayerType::kLinearAttention) {
       gdn_.forward(layer.gdn, batch, caches.gdn_layers[static_cast<size_t>(layer.cache_index)], normed, proj);
     } else {
       attention_block(layer, caches.attention_layers[static_cast<size_t>(layer.cache_index)], batch, normed, proj);
     }
     backend_.add(hidden, hidden, proj);
-    backend_.rms_norm(normed, hidden, layer.post_norm, eps, NormWeight::kOnePlus);
+    layer.post_norm.forward(backend_, normed, hidden);
     ffn_block(layer, normed, proj);
     backend_.add(hidden, hidden, proj);
   }
@@ -199,39 +195,32 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
   backend_.embedding(last, hidden, batch.logits_rows);
-  backend_.rms_norm(last, last, final_norm_, eps, NormWeight::kOnePlus);
-  backend_.matmul(logits, last, lm_head_);
+  head_.forward(backend_, logits, last);
 }
 
 void Qwen35Model::attention_block(const HybridLayer& layer, const KvCacheView& cache, const StepBatch& batch,
                                   const TensorView& normed, TensorView out) {
   const int64_t num_tokens = batch.num_tokens, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
   const GatedAttentionWeights& w = layer.attention;
   TensorView qkv = act_.rows(kQkv, num_tokens);       // [T, 2 nH hd + 2 nKV hd]
   TensorView attn = act_.rows(kAttnOut, num_tokens);  // [T, nH hd]
-  backend_.matmul(qkv, normed, w.qkv_proj);
+  w.qkv.forward(backend_, qkv, normed);
   TensorView q = interleaved_heads(qkv, 0, nh, hd);      // [T, nH, hd], row stride 2 nH hd + ..., head stride 2 hd
   TensorView gate = interleaved_heads(qkv, hd, nh, hd);  // [T, nH, hd]
   TensorView k = head_columns(qkv, 2 * nh * hd, nkv, hd);
   TensorView v = head_columns(qkv, 2 * nh * hd + nkv * hd, nkv, hd);
-  backend_.rms_norm(q, q, w.q_norm, eps, NormWeight::kOnePlus);  // per head, before RoPE
-  backend_.rms_norm(k, k, w.k_norm, eps, NormWeight::kOnePlus);
-  backend_.rope(q, batch.positions, inv_freq_, rope_scaling_);  // first rot dims only (partial)
-  backend_.rope(k, batch.positions, inv_freq_, rope_scaling_);
+  w.q_norm.forward(backend_, q, q);  // per head, before RoPE
+  w.k_norm.forward(backend_, k, k);
+  backend_.rope(q, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);  // first rot dims only (partial)
+  backend_.rope(k, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);
   backend_.write_kv(cache.k, cache.v, k, v, batch.slot_mapping);
-  AttentionParams params;
-  params.cu_seqlens_q = batch.cu_seqlens_q;
-  params.seq_lens_k = batch.seq_lens_k;
-  params.block_tables = batch.block_tables;
-  params.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  params.max_seqlen_q = batch.max_seqlen_q;
-  params.max_seqlen_k = batch.max_seqlen_k;
+  layers::AttentionOptions options;
+  options.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   TensorView attn_heads = attn.reshape({num_tokens, nh, hd});
-  backend_.attention(attn_heads, q, cache.k, cache.v, params);
+  backend_.attention(attn_heads, q, cache.k, cache.v, layers::attention_params(batch, options));
   backend_.sigmoid_mul(attn_heads, attn_heads, gate);
-  backend_.matmul(out, attn, w.o_proj);
+  w.o.forward(backend_, out, attn);
 }
 
 void Qwen35Model::ffn_block(const HybridLayer& layer, const TensorView& normed, TensorView out) {
@@ -239,12 +228,7 @@ void Qwen35Model::ffn_block(const HybridLayer& layer, const TensorView& normed, 
     moe_->forward(*layer.moe, normed, out);
     return;
   }
-  const int64_t num_tokens = normed.size(0);
-  TensorView gate_up = act_.rows(kGateUp, num_tokens);  // [T, 2 I]
-  TensorView mlp_act = act_.rows(kMlpAct, num_tokens);  // [T, I]
-  backend_.matmul(gate_up, normed, layer.mlp->gate_up);
-  backend_.silu_mul(mlp_act, gate_up);
-  backend_.matmul(out, mlp_act, layer.mlp->down);
+  mlp_.forward(*layer.mlp, normed, out);
 }
 
 Status validate_hybrid_config(const ModelConfig& c) {
