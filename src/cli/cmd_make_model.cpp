@@ -19,15 +19,17 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "same seed => byte-identical files")->capture_default_str();
   cmd->add_option("--dtype", *dtype_name_arg, "bf16, f16 or f32")->capture_default_str();
   cmd->add_option("--weight-std", options->weight_std, "std of the random matrix entries")->capture_default_str();
-  cmd->add_option("--tokenizer", options->tokenizer_dir, "folder with tokenizer.json to copy (default: assets/tokenizers/qwen3)");
+  cmd->add_option("--tokenizer", options->tokenizer_dir, "folder with tokenizer.json to copy (default: assets/tokenizers/<the preset's family>)");
   cmd->add_flag("--no-tokenizer", *no_tokenizer, "write no tokenizer files");
   cmd->callback([options, dtype_name_arg, no_tokenizer] {
     if (!parse_dtype(*dtype_name_arg, &options->dtype))
       throw CommandError(fmt::format("[make-model] unknown dtype '{}': bf16, f16 or f32", *dtype_name_arg));
     if (*no_tokenizer) {
       options->tokenizer_dir.clear();
-    } else if (options->tokenizer_dir.empty() && !default_tokenizer_assets_dir().empty()) {
-      options->tokenizer_dir = (std::filesystem::path(default_tokenizer_assets_dir()) / "qwen3").string();
+    } else if (options->tokenizer_dir.empty() && !default_tokenizer_assets_dir().empty() &&
+               !preset_tokenizer(options->preset).empty()) {
+      options->tokenizer_dir =
+          (std::filesystem::path(default_tokenizer_assets_dir()) / preset_tokenizer(options->preset)).string();
     }
     throw_if_error(make_model(*options));
     std::printf("wrote %s (preset %s, seed %llu, %s, random weights)\n", options->out_dir.c_str(),

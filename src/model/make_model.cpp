@@ -28,23 +28,98 @@ struct Preset {
   bool wants_tokenizer;  // vocabulary sized for the real Qwen3 tokenizer
   // Hybrid (qwen3_5_text) presets: layers [L, L, L, F] repeated, Gated DeltaNet sizes.
   int64_t linear_heads = 0, linear_head_dim = 0;
+  // Dense families beyond Qwen3: config.json keys on top of the common ones, the tensors' shape
+  // options, and the tokenizer (assets/tokenizers/<name>) and its special ids.
+  nlohmann::ordered_json extra_config = nlohmann::ordered_json::object();
+  bool qk_norm = true, qkv_bias = false, sandwich_norms = false, one_plus_norms = false;
+  std::string tokenizer = "qwen3";
   bool is_hybrid() const { return linear_heads > 0; }
 };
 
+using Json = nlohmann::ordered_json;
+
+// A dense-family preset: the real model's sizes, config keys and tokenizer.
+Preset dense(std::string architecture, std::string model_type, std::vector<int64_t> sizes, bool tie, double theta,
+             int64_t max_positions, Json extra, std::string tokenizer) {
+  Preset p{std::move(architecture), std::move(model_type), sizes[0], sizes[1], sizes[2], sizes[3], sizes[4],
+           sizes[5], sizes[6], tie, theta, max_positions, !tokenizer.empty()};
+  p.extra_config = std::move(extra);
+  p.tokenizer = std::move(tokenizer);
+  p.qk_norm = false;
+  return p;
+}
+
+Preset gemma(std::string model_type, std::vector<int64_t> sizes, Json extra) {
+  Preset p = dense(model_type == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM", model_type, std::move(sizes),
+                   true, model_type == "gemma2" ? 10000.0 : 1e6, model_type == "gemma2" ? 8192 : 32768,
+                   std::move(extra), model_type == "gemma2" ? "" : "gemma3");
+  p.sandwich_norms = p.one_plus_norms = true;
+  p.qk_norm = model_type != "gemma2";
+  return p;
+}
+
+const Json kLlama31Rope = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+const Json kLlama32Rope = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+
 const std::map<std::string, Preset>& presets() {
-  static const std::map<std::string, Preset> table = {
-      // The shape of Qwen3-0.6B (spec/models.md A.1): 596 M parameters.
-      {"qwen3-0.6b", {"Qwen3ForCausalLM", "qwen3", 151936, 1024, 3072, 28, 16, 8, 128, true, 1e6, 40960, true}},
-      // The embedded demo: real Qwen3 vocabulary, tiny body (answers in milliseconds on a CPU).
-      {"qwen3-tiny", {"Qwen3ForCausalLM", "qwen3", 151936, 64, 128, 2, 4, 2, 32, true, 1e6, 40960, true}},
-      // No tokenizer: tests that need a very small model.
-      {"qwen3-micro", {"Qwen3ForCausalLM", "qwen3", 512, 64, 128, 2, 4, 2, 32, false, 1e6, 4096, false}},
-      // The shape of Qwen3.5-0.8B's text model (spec/models.md B.15): 24 layers [L, L, L, F] x 6, gated
-      // attention 8/2 heads of 256, GDN 16/16 heads of 128, vocabulary 248320 (no tokenizer ships with it).
-      {"qwen3.5-0.8b",
-       {"Qwen3_5ForCausalLM", "qwen3_5_text", 248320, 1024, 3584, 24, 8, 2, 256, true, 1e7, 262144, false, 16, 128}},
-  };
+  static const std::map<std::string, Preset> table = [] {
+    std::map<std::string, Preset> t = {
+        // The shape of Qwen3-0.6B (spec/models.md A.1): 596 M parameters.
+        {"qwen3-0.6b", {"Qwen3ForCausalLM", "qwen3", 151936, 1024, 3072, 28, 16, 8, 128, true, 1e6, 40960, true}},
+        // The embedded demo: real Qwen3 vocabulary, tiny body (answers in milliseconds on a CPU).
+        {"qwen3-tiny", {"Qwen3ForCausalLM", "qwen3", 151936, 64, 128, 2, 4, 2, 32, true, 1e6, 40960, true}},
+        // No tokenizer: tests that need a very small model.
+        {"qwen3-micro", {"Qwen3ForCausalLM", "qwen3", 512, 64, 128, 2, 4, 2, 32, false, 1e6, 4096, false}},
+        // The shape of Qwen3.5-0.8B's text model (spec/models.md B.15): 24 layers [L, L, L, F] x 6, gated
+        // attention 8/2 heads of 256, GDN 16/16 heads of 128, vocabulary 248320 (no tokenizer ships with it).
+        {"qwen3.5-0.8b",
+         {"Qwen3_5ForCausalLM", "qwen3_5_text", 248320, 1024, 3584, 24, 8, 2, 256, true, 1e7, 262144, false, 16, 128}},
+    };
+    // sizes: vocab, hidden, intermediate, layers, heads, kv heads, head_dim
+    t["llama3.2-1b"] = dense("LlamaForCausalLM", "llama", {128256, 2048, 8192, 16, 32, 8, 64}, true, 500000.0, 131072,
+                             {{"rope_scaling", kLlama32Rope}}, "llama3");
+    t["llama3.1-8b"] = dense("LlamaForCausalLM", "llama", {128256, 4096, 14336, 32, 32, 8, 128}, false, 500000.0,
+                             131072, {{"rope_scaling", kLlama31Rope}}, "llama3");
+    t["mistral-7b"] = dense("MistralForCausalLM", "mistral", {32768, 4096, 14336, 32, 32, 8, 128}, false, 1e6, 32768,
+                            {{"sliding_window", nullptr}}, "llama2");
+    Preset qwen25 = dense("Qwen2ForCausalLM", "qwen2", {151936, 896, 4864, 24, 14, 2, 64}, true, 1e6, 32768,
+                          {{"use_sliding_window", false}, {"max_window_layers", 21}}, "qwen3");
+    qwen25.qkv_bias = true;
+    t["qwen2.5-0.5b"] = qwen25;
+    t["gemma2-2b"] = gemma("gemma2", {256000, 2304, 9216, 26, 8, 4, 256},
+                           {{"sliding_window", 4096}, {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0},
+                            {"query_pre_attn_scalar", 256}, {"hidden_activation", "gelu_pytorch_tanh"}});
+    t["gemma3-1b"] = gemma("gemma3_text", {262144, 1152, 6912, 26, 4, 1, 256},
+                           {{"sliding_window", 512}, {"sliding_window_pattern", 6}, {"rope_local_base_freq", 10000.0},
+                            {"query_pre_attn_scalar", 256}, {"hidden_activation", "gelu_pytorch_tanh"}});
+    t["gemma3-4b"] = gemma("gemma3_text", {262208, 2560, 10240, 34, 8, 4, 256},
+                           {{"sliding_window", 1024}, {"sliding_window_pattern", 6}, {"rope_local_base_freq", 10000.0},
+                            {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}},
+                            {"query_pre_attn_scalar", 256}, {"hidden_activation", "gelu_pytorch_tanh"}});
+    return t;
+  }();
   return table;
+}
+
+// Special ids of the tokenizers the presets ship with.
+void add_special_ids(Json& c, const std::string& tokenizer) {
+  if (tokenizer == "qwen3") {
+    c["bos_token_id"] = 151643;
+    c["eos_token_id"] = 151645;
+  } else if (tokenizer == "llama3") {
+    c["bos_token_id"] = 128000;
+    c["eos_token_id"] = {128001, 128008, 128009};
+  } else if (tokenizer == "gemma3") {
+    c["bos_token_id"] = 2;
+    c["eos_token_id"] = {1, 106};
+  } else if (tokenizer == "llama2") {
+    c["bos_token_id"] = 1;
+    c["eos_token_id"] = 2;
+  } else {
+    c["eos_token_id"] = nullptr;
+  }
 }
 
 // splitmix64: a tiny integer PRNG whose output is the same everywhere.
@@ -116,28 +191,32 @@ nlohmann::ordered_json config_json(const Preset& p, DType dtype, bool has_tokeni
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", p.rope_theta}};
   c["tie_word_embeddings"] = p.tie_word_embeddings;
   c["attention_bias"] = false;
-  c["use_sliding_window"] = false;
+  if (p.model_type == "qwen3") c["use_sliding_window"] = false;
   c["dtype"] = dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
-  if (has_tokenizer) {
-    c["bos_token_id"] = 151643;
-    c["eos_token_id"] = 151645;
-  } else {
-    c["eos_token_id"] = nullptr;
+  add_special_ids(c, has_tokenizer ? p.tokenizer : "");
+  for (const auto& [key, value] : p.extra_config.items()) {
+    if (key == "rope_scaling") {  // v4 form beside rope_theta
+      c.erase("rope_parameters");
+      c["rope_theta"] = p.rope_theta;
+    }
+    c[key] = value;
   }
   if (p.is_hybrid()) add_hybrid_config(c, p);
   c["pagellm_random_weights"] = true;
   return c;
 }
 
-void add_qwen3_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
+// Qwen3 and the other dense families (Llama, Mistral, Qwen2, Gemma), as the preset's options say.
+void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
   const float half_width = static_cast<float>(o.weight_std * std::sqrt(3.0));  // uniform std -> half width
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     writer.add(name, o.dtype, {rows, cols}, random_bytes(name, rows * cols, o.seed, o.dtype, 0.0f, half_width));
   };
-  // Norm weights near 1 but not exactly 1, so a plain-vs-(1+w) mix-up cannot hide.
-  auto norm = [&](const std::string& name, int64_t size) {
-    writer.add(name, o.dtype, {size}, random_bytes(name, size, o.seed, o.dtype, 1.0f, 0.1f));
+  auto vector = [&](const std::string& name, int64_t size, float center, float width) {
+    writer.add(name, o.dtype, {size}, random_bytes(name, size, o.seed, o.dtype, center, width));
   };
+  // Plain norm weights near 1, (1+w) ones near 0, not exactly, so a mix-up of the forms cannot hide.
+  auto norm = [&](const std::string& name, int64_t size) { vector(name, size, p.one_plus_norms ? 0.0f : 1.0f, 0.1f); };
   const int64_t h = p.hidden_size, hd = p.head_dim;
   matrix("model.embed_tokens.weight", p.vocab_size, h);
   norm("model.norm.weight", h);
@@ -146,12 +225,23 @@ void add_qwen3_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
     const std::string l = fmt::format("model.layers.{}.", i);
     norm(l + "input_layernorm.weight", h);
     norm(l + "post_attention_layernorm.weight", h);
+    if (p.sandwich_norms) {
+      norm(l + "pre_feedforward_layernorm.weight", h);
+      norm(l + "post_feedforward_layernorm.weight", h);
+    }
     matrix(l + "self_attn.q_proj.weight", p.num_heads * hd, h);
     matrix(l + "self_attn.k_proj.weight", p.num_kv_heads * hd, h);
     matrix(l + "self_attn.v_proj.weight", p.num_kv_heads * hd, h);
     matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
-    norm(l + "self_attn.q_norm.weight", hd);
-    norm(l + "self_attn.k_norm.weight", hd);
+    if (p.qkv_bias) {
+      vector(l + "self_attn.q_proj.bias", p.num_heads * hd, 0.0f, half_width);
+      vector(l + "self_attn.k_proj.bias", p.num_kv_heads * hd, 0.0f, half_width);
+      vector(l + "self_attn.v_proj.bias", p.num_kv_heads * hd, 0.0f, half_width);
+    }
+    if (p.qk_norm) {
+      norm(l + "self_attn.q_norm.weight", hd);
+      norm(l + "self_attn.k_norm.weight", hd);
+    }
     matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
@@ -210,6 +300,11 @@ Status write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+std::string preset_tokenizer(const std::string& preset) {
+  const auto it = presets().find(preset);
+  return it == presets().end() || !it->second.wants_tokenizer ? "" : it->second.tokenizer;
+}
+
 std::vector<std::string> make_model_presets() {
   std::vector<std::string> names;
   for (const auto& [name, preset] : presets()) names.push_back(name);
@@ -240,7 +335,7 @@ Status make_model(const MakeModelOptions& options) {
   }
   SafetensorsWriter writer;
   if (preset.is_hybrid()) add_qwen35_tensors(writer, preset, options);
-  else add_qwen3_tensors(writer, preset, options);
+  else add_dense_tensors(writer, preset, options);
   PAGELLM_RETURN_IF_ERROR(writer.write((fs::path(options.out_dir) / "model.safetensors").string()));
   return write_text(fs::path(options.out_dir) / "config.json",
                     config_json(preset, options.dtype, has_tokenizer).dump(2) + "\n");

@@ -23,6 +23,9 @@ struct MakeModelOptions {
 };
 
 std::vector<std::string> make_model_presets();
+// The tokenizer family a preset's vocabulary is sized for ("qwen3", "llama3", "gemma3", "llama2"), or ""
+// when it ships with none: the folder under default_tokenizer_assets_dir() that make-model copies.
+std::string preset_tokenizer(const std::string& preset);
 Status make_model(const MakeModelOptions& options);
 
 // The folder holding the real tokenizers fetched by scripts/setup.sh (assets/tokenizers), or "".
