@@ -303,15 +303,110 @@ TEST(HfConfig, Qwen3SlidingWindowDerivation) {
   EXPECT_EQ(parse_ok(config_json).layer_types, std::vector<LayerType>(4, F));
 }
 
-TEST(HfConfig, OtherModelTypesKeepTheirWindowAndAreAllFull) {
+TEST(HfConfig, MistralWindowCoversEveryLayerAndDefaultsTo4096) {
   json config_json = json::parse(kQwen3V5);
   config_json["model_type"] = "mistral";
   config_json["architectures"] = {"MistralForCausalLM"};
   config_json.erase("layer_types");
   config_json["sliding_window"] = 128;
-  const ModelConfig config = parse_ok(config_json);
+  ModelConfig config = parse_ok(config_json);
   EXPECT_EQ(config.sliding_window, 128);
+  EXPECT_EQ(config.layer_types, (std::vector<LayerType>{S, S}));
+  // Absent: MistralConfig's default window (4096); null (Mistral-7B-v0.2 onwards): plain causal.
+  config_json.erase("sliding_window");
+  config = parse_ok(config_json);
+  EXPECT_EQ(config.sliding_window, 4096);
+  EXPECT_EQ(config.layer_types, (std::vector<LayerType>{S, S}));
+  config_json["sliding_window"] = nullptr;
+  config = parse_ok(config_json);
+  EXPECT_FALSE(config.sliding_window.has_value());
   EXPECT_EQ(config.layer_types, (std::vector<LayerType>{F, F}));
+}
+
+// google/gemma-3-4b-it's text_config (v4 form): rope_scaling applies to global layers only, local
+// layers rotate with rope_local_base_freq, the 5:1 pattern from sliding_window_pattern.
+TEST(HfConfig, Gemma3V4FormOfAVisionLanguageCheckpoint) {
+  const json config_json = json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "torch_dtype": "bfloat16",
+    "text_config": {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+      "num_hidden_layers": 12, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+      "vocab_size": 262208, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0,
+      "rope_local_base_freq": 10000.0, "sliding_window": 1024, "sliding_window_pattern": 6,
+      "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh"},
+    "vision_config": {"model_type": "siglip_vision_model"}})");
+  const ModelConfig config = parse_ok(config_json);
+  EXPECT_EQ(config.architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(config.rope.type, "linear");
+  EXPECT_EQ(config.rope.factor, 8.0);
+  EXPECT_EQ(config.rope.theta, 1e6);
+  ASSERT_TRUE(config.rope_local.has_value());
+  EXPECT_EQ(config.rope_local->type, "default");
+  EXPECT_EQ(config.rope_local->theta, 10000.0);
+  EXPECT_EQ(config.sliding_window, 1024);
+  EXPECT_EQ(config.layer_types, (std::vector<LayerType>{S, S, S, S, S, F, S, S, S, S, S, F}));
+  EXPECT_EQ(config.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(config.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_FALSE(config.attn_logit_softcapping.has_value());
+  EXPECT_FALSE(config.final_logit_softcapping.has_value());
+}
+
+// transformers v5 writes one RoPE dict per layer type.
+TEST(HfConfig, Gemma3V5FormNestsRopePerLayerType) {
+  const json config_json = json::parse(R"({
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512,
+    "head_dim": 32, "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8,
+    "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})");
+  const ModelConfig config = parse_ok(config_json);
+  EXPECT_EQ(config.rope.type, "linear");
+  EXPECT_EQ(config.rope.theta, 1e6);
+  ASSERT_TRUE(config.rope_local.has_value());
+  EXPECT_EQ(config.rope_local->theta, 1e4);
+  EXPECT_EQ(config.rope_local->type, "default");
+  EXPECT_EQ(config.layer_types, (std::vector<LayerType>{S, F}));
+  EXPECT_EQ(config.query_pre_attn_scalar, 256.0);  // Gemma3TextConfig's default
+}
+
+// Gemma2Config's defaults: alternating layers (even ones slide), soft-caps 50 and 30, window 4096;
+// an explicit null turns a soft-cap off.
+TEST(HfConfig, Gemma2DefaultsAndExplicitNulls) {
+  json config_json = json::parse(R"({
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+    "hidden_act": "gelu_pytorch_tanh"})");
+  ModelConfig config = parse_ok(config_json);
+  EXPECT_EQ(config.layer_types, (std::vector<LayerType>{S, F, S, F}));
+  EXPECT_EQ(config.sliding_window, 4096);
+  EXPECT_EQ(config.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(config.final_logit_softcapping, 30.0);
+  EXPECT_EQ(config.query_pre_attn_scalar, 256.0);
+  config_json["attn_logit_softcapping"] = nullptr;
+  config_json["final_logit_softcapping"] = 25.0;
+  config = parse_ok(config_json);
+  EXPECT_FALSE(config.attn_logit_softcapping.has_value());
+  EXPECT_EQ(config.final_logit_softcapping, 25.0);
+}
+
+// meta-llama/Llama-3.2-1B (v4 form) and its llama3 RoPE scaling; attention_bias / mlp_bias.
+TEST(HfConfig, Llama3RopeScalingAndBiases) {
+  json config_json = json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "rope_theta": 500000.0, "attention_bias": true, "mlp_bias": false,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  const ModelConfig config = parse_ok(config_json);
+  EXPECT_EQ(config.rope.type, "llama3");
+  EXPECT_EQ(config.rope.factor, 32.0);
+  EXPECT_EQ(config.rope.low_freq_factor, 1.0);
+  EXPECT_EQ(config.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(config.rope.original_max_position_embeddings, 8192);
+  EXPECT_EQ(config.rope.theta, 500000.0);
+  EXPECT_TRUE(config.attention_bias);
+  EXPECT_FALSE(config.mlp_bias);
+  EXPECT_FALSE(config.rope_local.has_value());
+  EXPECT_EQ(config.layer_types, std::vector<LayerType>(16, F));
 }
 
 TEST(HfConfig, DefaultsForNullAndAbsentFields) {
