@@ -12,6 +12,10 @@
 #                     FUZZ_SECONDS); needs assets/tokenizers/ from scripts/setup.sh
 #   tokenizer_json    tokenizer.json loading from mutated seed files
 #   chat_template     the chat-template parser and interpreter
+#   http_request      the HTTP request reader of `pagellm serve` (heads, framing, bodies, pipelining)
+#                     over a socketpair
+#   openai_request    the OpenAI request parser (completions and chat bodies); what it accepts must
+#                     pass SamplingParams::validate
 #
 # Working corpora grow in build-fuzz/corpus/<name>/ (seeded from tests/fuzz/corpus/<name>/);
 # crashes, leaks and timeouts are written to build-fuzz/artifacts/ and make the script fail.
@@ -30,11 +34,11 @@ harnesses=()
 for arg in "$@"; do
   case "$arg" in
     --build-only) build_only=1 ;;
-    tokenizer_encode|tokenizer_json|chat_template) harnesses+=("$arg") ;;
+    tokenizer_encode|tokenizer_json|chat_template|http_request|openai_request) harnesses+=("$arg") ;;
     *) echo "fuzz.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(tokenizer_encode tokenizer_json chat_template)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(tokenizer_encode tokenizer_json chat_template http_request openai_request)
 
 if ! command -v "$cxx" >/dev/null; then
   echo "fuzz.sh: $cxx not found (apt-get install -y clang libclang-rt-14-dev)" >&2
@@ -46,23 +50,27 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 libs=(-lpcre2-8 -lutf8proc -lfmt)
 mkdir -p "$out/obj" "$out/artifacts"
 
-# Objects of src/tokenizer/, rebuilt when the source or any tokenizer/core header is newer.
+# Objects of the sources a harness needs, rebuilt when the source or any header it may read is newer.
 export out cxx
 export FLAGS_STR="${flags[*]}"
 
 tokenizer_srcs=$(ls src/tokenizer/*.cpp | grep -v -e '/jinja_' -e '/chat_template')
 template_srcs=$(ls src/tokenizer/jinja_*.cpp src/tokenizer/chat_template.cpp)
+http_srcs="src/server/http_message.cpp src/server/http_connection.cpp"
+openai_srcs="src/server/openai_request.cpp src/server/json_fields.cpp src/server/api_error.cpp src/sched/request.cpp"
 need_srcs=""
 for h in "${harnesses[@]}"; do
   case "$h" in
     tokenizer_*) need_srcs+=" $tokenizer_srcs" ;;
     chat_template) need_srcs+=" $template_srcs" ;;
+    http_request) need_srcs+=" $http_srcs" ;;
+    openai_request) need_srcs+=" $openai_srcs" ;;
   esac
 done
 # shellcheck disable=SC2016
 printf '%s\n' $need_srcs | sort -u | xargs -P "$jobs" -I{} bash -c \
   'read -ra flags <<<"$FLAGS_STR"; src={}; obj="$out/obj/$(basename "${src%.cpp}").o";
-   newest=$(ls -t src/tokenizer/*.h src/core/*.h | head -1);
+   newest=$(ls -t src/tokenizer/*.h src/core/*.h src/server/*.h src/sched/*.h src/cache/*.h | head -1);
    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest" -nt "$obj" ]; then
      echo "  compile $src"; "$cxx" "${flags[@]}" -c "$src" -o "$obj"; fi'
 
@@ -78,6 +86,8 @@ for h in "${harnesses[@]}"; do
   case "$h" in
     tokenizer_*) link "$h" $tokenizer_srcs ;;
     chat_template) link "$h" $template_srcs ;;
+    http_request) link "$h" $http_srcs ;;
+    openai_request) link "$h" $openai_srcs ;;
   esac
 done
 [ "$build_only" = 1 ] && exit 0
@@ -115,6 +125,8 @@ for h in "${harnesses[@]}"; do
       mkdir -p "$out/corpus/chat_template"
       python3 -c "import json; [open(f'$out/corpus/chat_template/{f}','w').write(json.load(open(f'assets/tokenizers/{f}/tokenizer_config.json'))['chat_template']) for f in ['qwen3','llama3','gemma3','deepseek_v3']]" 2>/dev/null || true
       run chat_template chat_template -max_len=4096 ;;
+    http_request) run http_request http_request -max_len=8192 -dict=tests/fuzz/http_request.dict ;;
+    openai_request) run openai_request openai_request -max_len=4096 -dict=tests/fuzz/openai_request.dict ;;
   esac
 done
 exit $status

@@ -24,6 +24,8 @@ int ms_left(Clock::time_point deadline) {
 
 constexpr int kStopCheckMs = 200;  // how often a waiting connection looks at the stop flag and the load
 constexpr size_t kTrimAfterBodyBytes = 1 << 20;
+constexpr int kLingerMs = 2000;      // draining a refused request's input before closing
+constexpr int kLingerBusyMs = 200;   // the same while slots run low
 
 }  // namespace
 
@@ -256,10 +258,11 @@ void HttpConnection::reject(int status, const std::string& message) {
 }
 
 // After an early error the client may still be sending (a 20 MB body): closing now would reset the
-// connection and lose our response, so stop writing and drain its input for a short while first.
+// connection and lose our response, so stop writing and drain its input for a short while first
+// (shorter while slots run low: a flood's connections must give their slots back).
 void HttpConnection::lingering_close() {
   ::shutdown(fd_, SHUT_WR);
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(load_.slots_low.load() ? kLingerBusyMs : kLingerMs);
   char sink[65536];
   while (ms_left(deadline) > 0) {
     pollfd pfd{fd_, POLLIN, 0};
