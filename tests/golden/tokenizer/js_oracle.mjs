@@ -18,7 +18,7 @@ if (!corpusPath || !assetsDir || !outDir) {
 const entry = fileURLToPath(import.meta.resolve("@lenml/tokenizers"));
 const version = JSON.parse(fs.readFileSync(path.join(path.dirname(entry), "..", "package.json"), "utf8")).version;
 const strings = JSON.parse(fs.readFileSync(corpusPath, "utf8")).strings;
-const list = families.length ? families : ["qwen3", "llama3", "gemma3", "deepseek_v3", "gptoss"];
+const list = families.length ? families : ["qwen3", "llama3", "gemma3", "deepseek_v3", "gptoss", "llama2"];
 fs.mkdirSync(outDir, { recursive: true });
 for (const family of list) {
   const dir = path.join(assetsDir, family);

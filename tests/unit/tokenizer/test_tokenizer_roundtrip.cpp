@@ -99,8 +99,9 @@ TEST_P(RoundTripTest, SpecialTokensAreRecognizedAndSkippable) {
   auto ids = tok->encode("Hi" + eos_text + "there", false);
   ASSERT_TRUE(ids.has_value());
   EXPECT_NE(std::find(ids->begin(), ids->end(), eos), ids->end());
-  EXPECT_EQ(tok->decode(*ids, false), "Hi" + eos_text + "there");
-  EXPECT_EQ(tok->decode(*ids, true), "Hithere");
+  EXPECT_EQ(tok->decode(*ids, false), expected_round_trip(GetParam(), "Hi" + eos_text + "there"));
+  // Llama 2's Prepend normalizer puts a "▁" before "there" too (HF: "Hi there").
+  EXPECT_EQ(tok->decode(*ids, true), GetParam() == "llama2" ? "Hi there" : "Hithere");
   EXPECT_EQ(tok->token_to_id(eos_text), eos);
 }
 
