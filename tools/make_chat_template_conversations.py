@@ -3,6 +3,7 @@
 templates are checked on against jinja2 (tools/render_chat_template.py renders the expected
 text at test time, so this file holds inputs only). Run from the repository root."""
 import json
+import os
 
 WEATHER_TOOL = {
     "type": "function",
@@ -116,10 +117,116 @@ def deepseek_v3():
     ]
 
 
-FAMILIES = {"qwen3": qwen3, "llama3": llama3, "gemma3": gemma3, "deepseek_v3": deepseek_v3}
+def openai_call(call_id, name, args):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def assistant_calls(*calls, content=None):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def tool_result(content, call_id=None, name=None):
+    m = {"role": "tool", "content": content}
+    if call_id is not None:
+        m["tool_call_id"] = call_id
+    if name is not None:
+        m["name"] = name
+    return m
+
+
+def llama3_1():
+    weather = lambda city: openai_call("call_w1", "get_weather", {"city": city, "unit": "celsius"})
+    return [
+        ("tools_in_user_message", [U("Weather in Paris?")], {"tools": [WEATHER_TOOL, SEARCH_TOOL]}),
+        ("tools_in_user_message_with_system", [S("  You are a weather bot.  "), U(" Weather in Paris? ")], {"tools": [WEATHER_TOOL]}),
+        ("tools_in_system_message", [S("Use tools."), U("Weather in Paris?")], {"tools": [WEATHER_TOOL, SEARCH_TOOL], "kwargs": {"tools_in_user_message": False}}),
+        ("tools_without_user_message", [S("sys")], {"tools": [WEATHER_TOOL]}),
+        ("tools_empty_list", [U("Hi")], {"tools": []}),
+        ("date_string", [S("sys"), U("What day is it?")], {"kwargs": {"date_string": "23 Nov 2026"}}),
+        ("custom_tools_kwarg", [U("Weather?")], {"kwargs": {"custom_tools": [WEATHER_TOOL]}}),
+        ("tool_call_content_null", [U("Weather in Paris?"), assistant_calls(weather("Paris")), tool_result("{\"temp\": 21}", "call_w1"), A("It is 21°C.")], {"tools": [WEATHER_TOOL]}),
+        ("tool_call_then_generation", [S("sys"), U("Weather in 東京?"), assistant_calls(weather("東京")), tool_result("18", "call_w1")], {"tools": [WEATHER_TOOL]}),
+        ("tool_call_string_arguments", [U("Search cats"), assistant_calls(openai_call("c1", "search", "{\"query\": \"cats\"}")), tool_result("cats are great")], {"tools": [SEARCH_TOOL]}),
+        ("tool_call_nested_arguments", [U("Search"), assistant_calls(openai_call("c1", "search", {"query": "x", "top_k": 5, "score": 0.75, "flags": [True, False, None], "nested": {"a": "é"}}))], {"tools": [SEARCH_TOOL], "add_generation_prompt": False}),
+        ("tool_call_with_content", [U("Weather?"), assistant_calls(weather("Rome"), content="Let me check."), tool_result("25")], {"tools": [WEATHER_TOOL]}),
+        ("parallel_tool_calls_rejected", [U("Weather in two cities?"), assistant_calls(weather("Paris"), weather("Rome"))], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_mapping_content", [U("Weather?"), assistant_calls(weather("Paris")), {"role": "tool", "content": {"temp": 21, "sky": "☀️"}}], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_list_content", [U("Weather?"), assistant_calls(weather("Paris")), {"role": "tool", "content": [1, "two", None]}], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_number_content", [U("Weather?"), assistant_calls(weather("Paris")), {"role": "tool", "content": 21.5}], {"tools": [WEATHER_TOOL]}),
+        ("ipython_role", [U("Run code"), {"role": "ipython", "content": "print(1)"}], {}),
+        ("builtin_tools", [S("sys"), U("Search the news")], {"kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha", "code_interpreter"]}}),
+        ("builtin_tool_call", [U("Who won?"), assistant_calls(openai_call("b1", "brave_search", {"query": "who won \"the\" cup"})), {"role": "ipython", "content": "{\"result\": \"France\"}"}, A("France won.")], {"kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"]}}),
+        ("builtin_tools_and_custom_tools", [S("sys"), U("Weather?"), assistant_calls(weather("Paris"))], {"tools": [WEATHER_TOOL], "kwargs": {"builtin_tools": ["brave_search"], "tools_in_user_message": False}, "add_generation_prompt": False}),
+        ("many_turns", [m for i in range(10) for m in (U(f"question {i}"), A(f"answer {i}"))] + [U("final")], {}),
+    ]
+
+
+def mistral():
+    call = lambda call_id, city: openai_call(call_id, "get_weather", {"city": city})
+    return [
+        ("tools_defined", [U("Weather in Paris?")], {"tools": [WEATHER_TOOL, SEARCH_TOOL]}),
+        ("tools_with_system", [S("You are a weather bot."), U("Weather in Paris?")], {"tools": [WEATHER_TOOL]}),
+        ("tools_on_last_user_message_only", [U("Hi"), A("Hello!"), U("Weather in Paris?")], {"tools": [WEATHER_TOOL]}),
+        ("tools_repeated_identical_user_message", [U("Again?"), A("Yes."), U("Again?")], {"tools": [WEATHER_TOOL]}),
+        ("tool_with_return_key", [U("x")], {"tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}, "return": {"type": "string"}}}]}),
+        ("tool_call_content_null", [U("Weather in Paris?"), assistant_calls(call("abcDEF123", "Paris")), tool_result("{\"temp\": 21}", "abcDEF123"), A("It is 21°C.")], {"tools": [WEATHER_TOOL]}),
+        ("tool_call_then_generation", [S("sys"), U("Weather in 東京?"), assistant_calls(call("A1b2C3d4E", "東京")), tool_result("18", "A1b2C3d4E")], {"tools": [WEATHER_TOOL]}),
+        ("parallel_tool_calls", [U("Weather in two cities?"), assistant_calls(call("aaaaaaaa1", "Paris"), call("bbbbbbbb2", "Rome")), tool_result("21", "aaaaaaaa1"), tool_result("25", "bbbbbbbb2"), A("Paris 21, Rome 25.")], {"tools": [WEATHER_TOOL]}),
+        ("tool_call_string_arguments", [U("Search cats"), assistant_calls(openai_call("cats12345", "search", "{\"query\": \"cats\"}")), tool_result("cats are great", "cats12345")], {"tools": [SEARCH_TOOL]}),
+        ("tool_call_bad_id_rejected", [U("Weather?"), assistant_calls(call("call_1", "Paris"))], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_without_id_rejected", [U("Weather?"), assistant_calls(call("abcDEF123", "Paris")), tool_result("21")], {"tools": [WEATHER_TOOL]}),
+        ("tool_results_role_nested_content", [U("Weather?"), assistant_calls(call("abcDEF123", "Paris")), {"role": "tool_results", "content": {"content": {"temp": 21}}, "tool_call_id": "abcDEF123"}], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_dict_content", [U("Weather?"), assistant_calls(call("abcDEF123", "Paris")), {"role": "tool", "content": {"temp": 21, "sky": "sunny"}, "tool_call_id": "abcDEF123"}], {"tools": [WEATHER_TOOL]}),
+        ("roles_must_alternate", [U("one"), U("two")], {}),
+        ("assistant_first_rejected", [A("I start"), U("hi")], {}),
+        ("unknown_role_rejected", [U("hi"), {"role": "narrator", "content": "..."}], {}),
+        ("system_with_history", [S("Be brief."), U("Q1"), A("A1"), U("Q2")], {}),
+        ("tool_calls_none_is_plain_assistant", [U("Q"), {"role": "assistant", "content": "  plain  ", "tool_calls": None}, U("Q2")], {}),
+        ("many_turns", [m for i in range(6) for m in (U(f"q{i}"), A(f"a{i}"))] + [U("end")], {}),
+    ]
+
+
+def gemma3_more():
+    return [
+        ("system_folded_into_first_user", [S("You are terse."), U("Q1"), A("A1"), U("Q2")], {}),
+        ("system_only", [S("Only a system prompt.")], {}),
+        ("assistant_content_null_rejected", [U("Weather?"), {"role": "assistant", "content": None, "tool_calls": [openai_call("c1", "get_weather", {"city": "Paris"})]}], {}),
+        ("tool_role_breaks_alternation", [U("Weather?"), A("Checking."), tool_result("21", "c1")], {}),
+        ("tools_ignored", [U("Weather?")], {"tools": [WEATHER_TOOL]}),
+    ]
+
+
+FAMILIES = {"qwen3": qwen3, "llama3": llama3, "gemma3": lambda: gemma3() + gemma3_more(),
+            "deepseek_v3": deepseek_v3, "llama3_1": llama3_1, "mistral": mistral}
+
+# Families whose template is not in an npm tokenizer package: tests/golden/chat_template/templates/
+# <family>/chat_template.jinja is the template as the model ships it, and this script writes the
+# tokenizer_config.json beside it (template + special tokens) that the tests load.
+TEMPLATE_CONFIGS = {
+    "llama3_1": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                 "tokenizer_class": "PreTrainedTokenizerFast",
+                 "source": "Llama 3.1 Instruct (meta-llama/Llama-3.1-8B-Instruct tokenizer_config.json)"},
+    "mistral": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer",
+                "source": "Mistral-7B-Instruct-v0.3 tokenizer_config.json (the template with tool calls)"},
+}
+
+
+def write_template_configs():
+    for family, fields in TEMPLATE_CONFIGS.items():
+        folder = os.path.join("tests", "golden", "chat_template", "templates", family)
+        with open(os.path.join(folder, "chat_template.jinja"), encoding="utf-8") as f:
+            template = f.read()
+        config = {k: v for k, v in fields.items() if k != "source"}
+        config["chat_template"] = template
+        config["_comment"] = ("Written by tools/make_chat_template_conversations.py from chat_template.jinja: " +
+                              fields["source"])
+        with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, ensure_ascii=False, indent=2)
+            f.write("\n")
 
 
 def main():
+    write_template_configs()
     cases = []
     for family, specific in FAMILIES.items():
         for name, messages, options in common() + specific():
