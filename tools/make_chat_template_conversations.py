@@ -29,6 +29,15 @@ SEARCH_TOOL = {
     },
 }
 
+ODD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "odd",
+        "description": "Control \u0001 chars\ttab, \u2028 line sep, DEL \u007f, </tag> & 'quotes'",
+        "parameters": {"type": "object", "properties": {}, "required": [], "x-limits": {"max": 1e20, "min": -0.5, "step": 1.0}},
+    },
+}
+
 U = lambda text: {"role": "user", "content": text}
 A = lambda text: {"role": "assistant", "content": text}
 S = lambda text: {"role": "system", "content": text}
@@ -158,6 +167,12 @@ def llama3_1():
         ("builtin_tool_call", [U("Who won?"), assistant_calls(openai_call("b1", "brave_search", {"query": "who won \"the\" cup"})), {"role": "ipython", "content": "{\"result\": \"France\"}"}, A("France won.")], {"kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"]}}),
         ("builtin_tools_and_custom_tools", [S("sys"), U("Weather?"), assistant_calls(weather("Paris"))], {"tools": [WEATHER_TOOL], "kwargs": {"builtin_tools": ["brave_search"], "tools_in_user_message": False}, "add_generation_prompt": False}),
         ("many_turns", [m for i in range(10) for m in (U(f"question {i}"), A(f"answer {i}"))] + [U("final")], {}),
+        ("tool_calls_null_rejected", [U("Hi"), {"role": "assistant", "content": "Hello", "tool_calls": None}], {}),
+        ("content_null_user", [{"role": "user", "content": None}], {}),
+        ("builtin_tool_call_string_arguments_rejected", [U("Who won?"), assistant_calls(openai_call("b1", "brave_search", "{\"query\": \"cup\"}"))], {"kwargs": {"builtin_tools": ["brave_search"]}}),
+        ("builtin_tool_call_number_argument_rejected", [U("2+2?"), assistant_calls(openai_call("b1", "wolfram_alpha", {"query": 4}))], {"kwargs": {"builtin_tools": ["wolfram_alpha"]}}),
+        ("tojson_numbers_and_escapes", [U("Go"), assistant_calls(openai_call("c1", "search", {"one": 1.0, "big": 1e20, "small": 1e-07, "neg": -0.0, "int": 12345678901234, "ctrl": "\u0001\t\u007f\u2028</script>", "quote": "say \"hi\" \\ back"}))], {"tools": [ODD_TOOL], "add_generation_prompt": False}),
+        ("tools_with_empty_schema_parts", [U("x")], {"tools": [ODD_TOOL]}),
     ]
 
 
@@ -183,6 +198,11 @@ def mistral():
         ("system_with_history", [S("Be brief."), U("Q1"), A("A1"), U("Q2")], {}),
         ("tool_calls_none_is_plain_assistant", [U("Q"), {"role": "assistant", "content": "  plain  ", "tool_calls": None}, U("Q2")], {}),
         ("many_turns", [m for i in range(6) for m in (U(f"q{i}"), A(f"a{i}"))] + [U("end")], {}),
+        ("assistant_content_null_without_tool_calls", [U("Q"), {"role": "assistant", "content": None}, U("Q2")], {}),
+        ("user_content_null_rejected", [{"role": "user", "content": None}], {}),
+        ("tool_result_python_repr", [U("Weather?"), assistant_calls(call("abcDEF123", "Paris")), {"role": "tool", "content": {"s": "it's", "q": "say \"hi\"", "b": True, "n": None, "f": 1.5, "e": 1e20, "u": "é\n", "l": [1, [2, {}]]}, "tool_call_id": "abcDEF123"}], {"tools": [WEATHER_TOOL]}),
+        ("tool_result_list_content", [U("Weather?"), assistant_calls(call("abcDEF123", "Paris")), {"role": "tool", "content": ["a", 1, None, False], "tool_call_id": "abcDEF123"}], {"tools": [WEATHER_TOOL]}),
+        ("tojson_numbers_and_escapes", [U("Go"), assistant_calls(openai_call("c12345678", "search", {"one": 1.0, "big": 1e20, "small": 1e-07, "neg": -0.0, "ctrl": "\u0001\t\u007f\u2028</script>", "quote": "say \"hi\" \\ back"}))], {"tools": [ODD_TOOL], "add_generation_prompt": False}),
     ]
 
 
