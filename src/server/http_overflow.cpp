@@ -54,11 +54,6 @@ void HttpOverflow::admit(int fd, std::string busy) {
   if (wake_pipe_[1] >= 0) (void)!::write(wake_pipe_[1], "x", 1);
 }
 
-int HttpOverflow::num_waiting() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return num_waiting_ + static_cast<int>(incoming_.size());
-}
-
 // The 503 goes out without blocking; what the client already sent is read first, so closing does
 // not reset the connection before it sees the answer.
 void HttpOverflow::refuse(Waiting& waiting) {
@@ -106,7 +101,6 @@ void HttpOverflow::loop() {
       if (stopping_) break;
       for (Waiting& w : incoming_) waiting.push_back(std::move(w));
       incoming_.clear();
-      num_waiting_ = static_cast<int>(waiting.size());
     }
     if (waiting.size() > kMaxPending) {
       const size_t excess = waiting.size() - kMaxPending;

@@ -31,7 +31,6 @@ class HttpOverflow {
   void start();
   // Takes ownership of fd; `busy` is the complete 503 response it gets unless it is a quick request.
   void admit(int fd, std::string busy);
-  int num_waiting() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -52,9 +51,8 @@ class HttpOverflow {
   std::thread thread_;
   bool stopping_ = false;  // under mutex_
 
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::vector<Waiting> incoming_;  // admitted, not yet picked up by the thread
-  int num_waiting_ = 0;
 };
 
 }  // namespace pagellm::server
