@@ -23,7 +23,14 @@ class HfBenchTokenizer : public BenchTokenizer {
   std::string decode(const std::vector<int32_t>& token_ids) const override {
     return tokenizer_->decode(token_ids, /*skip_special_tokens=*/true);
   }
-  int vocab_size() const override { return static_cast<int>(tokenizer_->vocab_size()); }
+  // The ids random prompts draw from: all of them but a tail of special added tokens (Gemma 3's
+  // tokenizer ends with <image_soft_token> at 262144, one past the text model's vocabulary), as
+  // vLLM's random dataset draws below the tokenizer's base vocabulary.
+  int vocab_size() const override {
+    int64_t size = tokenizer_->vocab_size();
+    while (size > 1 && tokenizer_->is_special(static_cast<int32_t>(size - 1))) --size;
+    return static_cast<int>(size);
+  }
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -1,4 +1,5 @@
 // Datasets: seeded random prompts within the range ratio, ShareGPT loading and filtering.
+#include <cstdlib>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -192,6 +193,21 @@ TEST(Tokenizer, RealTokenizerDrivesBothDatasets) {
   Dataset text = make_random_dataset(random, &tokenizer).value();
   EXPECT_FALSE(text.requests[0].prompt_text.empty());
   EXPECT_TRUE(text.notes.empty());
+}
+
+// Random ids stay inside the text model's vocabulary: Gemma 3's tokenizer ends with the special
+// <image_soft_token> (262144), one past gemma-3-1b's 262144 embedding rows; Qwen3's added tokens end
+// with the non-special </think>, so its range (and every Qwen3 benchmark's prompts) is unchanged.
+TEST(Tokenizer, RandomIdsSkipATrailingRunOfSpecialTokens) {
+  const std::string root = std::string(PAGELLM_SOURCE_DIR) + "/assets/tokenizers/";
+  auto gemma = load_bench_tokenizer(root + "gemma3");
+  auto qwen = load_bench_tokenizer(root + "qwen3");
+  if (!gemma.has_value() || !qwen.has_value()) {
+    if (std::getenv("CI") != nullptr) FAIL() << "tokenizer assets missing (scripts/setup.sh fetches them)";
+    GTEST_SKIP() << "tokenizer assets missing";
+  }
+  EXPECT_EQ((*gemma)->vocab_size(), 262144);
+  EXPECT_EQ((*qwen)->vocab_size(), 151669);
 }
 
 }  // namespace
