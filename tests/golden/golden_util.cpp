@@ -181,8 +181,12 @@ void expect_matches_transformers(const std::string& device, const fs::path& dir)
       }
     } else {
       // bf16: every op rounds to 8 bits of mantissa; 2% of the logit range is a few bf16 ulps of
-      // the largest logits after the rounding noise of every layer.
-      const double tolerance = 0.02 * std::max(1.0, max_abs_logit);
+      // the largest logits after the rounding noise of every layer, and never less than 4 ulps:
+      // transformers' eager attention rounds q.k, the softmax and P.V to bf16 where pagellm keeps
+      // f32 (one-token prompts, whose attention is exact either way, match to 0), so small-logit
+      // fixtures with many layers (gemma3_local_global_bf16: 3.3 ulps) sit a few ulps apart.
+      const double ulp = std::ldexp(1.0, std::ilogb(std::max(1.0, max_abs_logit)) - 7);
+      const double tolerance = std::max(0.02 * std::max(1.0, max_abs_logit), 4 * ulp);
       EXPECT_LE(max_err, tolerance) << "max |logit| " << max_abs_logit;
       // Greedy tokens must agree until the first step where the oracle itself was within the logit
       // tolerance of a tie (bf16 logits tie often); a parting at a confident step is a bug.
