@@ -197,6 +197,34 @@ PY
   note "nsys W1 c$level: $(grep -iE 'output token throughput' "$out/nsys_bench.log" | head -1 | tr -s ' ') (nsys_cuda_gpu_kern_sum.csv)"
 fi
 
+# ----- W1 on other families' shapes (GPU_CHECK_PRESETS="llama3.2-1b gemma3-1b", levels in
+# GPU_CHECK_PRESET_LEVELS, default "1 128"): make-model PRESET with its family's tokenizer, serve, W1.
+if has pagellm && [ -n "${GPU_CHECK_PRESETS:-}" ]; then
+  port=18433
+  for preset in $GPU_CHECK_PRESETS; do
+    model=/tmp/$preset
+    [ -f "$model/config.json" ] || "$build/src/pagellm" make-model --preset "$preset" --out "$model" \
+      >"$out/make_model_$preset.log" 2>&1 || { tail -5 "$out/make_model_$preset.log"; note "make-model $preset FAILED"; continue; }
+    "$build/src/pagellm" serve --model "$model" --device cuda --port $port --max-num-seqs 128 --served-model-name "$preset" \
+      >"$out/serve_$preset.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 240); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+    grep -E "KV cache|blocks" "$out/serve_$preset.log" | head -3
+    for level in ${GPU_CHECK_PRESET_LEVELS:-1 128}; do
+      prompts=$((level == 1 ? 6 : 4 * level))
+      log="$out/w1_${preset}_c$level"
+      timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model "$preset" \
+        --tokenizer "$model" --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+        --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress \
+        --result-json "$log.json" >"$log.log" 2>&1
+      rc=$?
+      note "W1 $preset concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$log.log" | head -1 | tr -s ' ')"
+    done
+    kill $server 2>/dev/null; wait $server 2>/dev/null
+    rm -rf "$model"  # disk: the next preset's checkpoint
+  done
+fi
+
 # ----- W1 on the Qwen3.5-0.8B shape (GPU_CHECK_QWEN35_LEVELS="1 64") ---------------------------
 if has pagellm && [ -n "${GPU_CHECK_QWEN35_LEVELS:-}" ] && [ -f assets/tokenizers/qwen3/tokenizer.json ]; then
   model=/tmp/qwen3.5-0.8b
