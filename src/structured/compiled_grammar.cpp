@@ -1,0 +1,59 @@
+#include "structured/compiled_grammar.h"
+
+#include "structured/parse_stacks.h"
+#include "structured/token_walker.h"
+
+namespace pagellm::structured {
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+
+std::shared_ptr<const SuffixMasks> CompiledGrammar::suffix_masks(const std::vector<int32_t>& key) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = suffixes_.find(key); it != suffixes_.end()) return it->second;
+  }
+  // Computed outside the lock: two threads may both compute one entry, with the same result.
+  auto masks = std::make_shared<const SuffixMasks>(compute_suffix_masks(key));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, inserted] = suffixes_.emplace(key, masks);
+  if (inserted) cached_bytes_ += masks->accepted.bytes() + masks->uncertain.size() * 4;
+  return it->second;
+}
+
+SuffixMasks CompiledGrammar::compute_suffix_masks(const std::vector<int32_t>& key) const {
+  ParseStacks stacks(grammar_);
+  int32_t frame = key.back();  // kRootParent or kBottomParent
+  for (size_t i = key.size() - 1; i-- > 0;) frame = stacks.push(key[i], frame);
+  Frontier start;
+  start.tops.push_back(frame);
+  std::vector<uint32_t> accepted(vocab_->mask_words(), 0);
+  SuffixMasks masks;
+  TokenWalker walker(*vocab_, stacks);
+  walker.walk(start, nullptr, [&](size_t index, TokenFate fate) {
+    if (fate == TokenFate::kAccepted) set_bit(accepted, vocab_->sorted_id(index));
+    if (fate == TokenFate::kUncertain) masks.uncertain.push_back(static_cast<uint32_t>(index));
+  });
+  masks.accepted = TokenSet::from_bits(accepted, vocab_->size());
+  return masks;
+}
+
+std::shared_ptr<const TokenSet> CompiledGrammar::find_state_mask(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = states_.find(key);
+  return it == states_.end() ? nullptr : it->second;
+}
+
+void CompiledGrammar::store_state_mask(const std::vector<int32_t>& key, TokenSet mask) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (states_.size() >= kMaxStateMasks) return;
+  cached_bytes_ += mask.bytes() + key.size() * 4;
+  states_.emplace(key, std::make_shared<const TokenSet>(std::move(mask)));
+}
+
+CompiledGrammar::CacheStats CompiledGrammar::cache_stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {suffixes_.size(), states_.size(), cached_bytes_};
+}
+
+}  // namespace pagellm::structured
