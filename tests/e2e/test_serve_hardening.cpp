@@ -119,7 +119,9 @@ void expect_openai_error(const std::string& stream, int status, const std::strin
   ASSERT_TRUE(error.is_object()) << stream;
   EXPECT_TRUE(error["message"].is_string());
   EXPECT_TRUE(error["type"].is_string());
-  if (!code.empty()) EXPECT_EQ(error["code"], code) << stream;
+  if (!code.empty()) {
+    EXPECT_EQ(error["code"], code) << stream;
+  }
 }
 
 // "0100007F:1F40": 127.0.0.1:port as /proc/net/tcp writes it.
