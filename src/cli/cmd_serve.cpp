@@ -23,6 +23,8 @@
 #include "server/api_error.h"
 #include "server/api_routes.h"
 #include "server/http_server.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_parser.h"
 
 namespace pagellm::cli {
 
@@ -36,6 +38,8 @@ struct ServeArgs {
   int max_connections_per_client = 4096;
   size_t max_inflight_body_bytes = 256u << 20;
   double header_timeout_s = 10.0;
+  std::string tool_call_parser, reasoning_parser;  // vLLM's names; "" = none
+  bool enable_auto_tool_choice = false;
   EngineConfig engine;
 };
 
@@ -141,6 +145,9 @@ void run_serve(ServeArgs& args) {
   context->parse_options.vocab_size = engine->model_config().vocab_size;
   context->chat_template_error = "[openai] this model has no tokenizer, so no chat template";
   if (context->tokenizer) load_chat_template(args, model_dir, *context);
+  context->reasoning_parser = args.reasoning_parser;
+  context->tool_call_parser = args.tool_call_parser;
+  context->parse_options.auto_tool_choice = args.enable_auto_tool_choice;
 
   server::HttpServerOptions options;
   options.host = args.host;
@@ -197,8 +204,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--header-timeout-s", args->header_timeout_s,
                   "a request head must arrive within this time from its first byte (slow clients: 408)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--enable-auto-tool-choice", args->enable_auto_tool_choice,
+                "tool_choice \"auto\" (the default with tools): read the model's tool calls with --tool-call-parser");
+  cmd->add_option("--tool-call-parser", args->tool_call_parser, "how the model writes tool calls")
+      ->check(CLI::IsMember(server::tool_parser_names()));
+  cmd->add_option("--reasoning-parser", args->reasoning_parser,
+                  "put the model's thinking in reasoning_content")
+      ->check(CLI::IsMember(server::reasoning_parser_names()));
   add_engine_options(*cmd, args->engine);
-  cmd->callback([args] { run_serve(*args); });
+  cmd->callback([args] {
+    if (args->enable_auto_tool_choice && args->tool_call_parser.empty())
+      throw CommandError("[serve] --enable-auto-tool-choice needs --tool-call-parser (one of hermes, qwen3_coder, "
+                         "llama3_json, mistral, openai)");
+    run_serve(*args);
+  });
 }
 
 }  // namespace pagellm::cli

@@ -44,6 +44,7 @@ struct Engine::Live {
   bool has_first_token = false;
   bool was_scheduled = false;
   int num_prompt_tokens = 0;
+  bool include_stop_string = false;  // also the text of a stop token (EOS, stop_token_ids)
 };
 
 Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config) {
@@ -146,6 +147,7 @@ Expected<Engine::Validated> Engine::validate(GenerateRequest request) const {
   auto live = std::make_shared<Live>();
   live->submitted = Clock::now();
   live->num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+  live->include_stop_string = request.include_stop_string;
   if (tokenizer_) live->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_, request.skip_special_tokens);
   if (!request.stop_strings.empty()) {
     if (!tokenizer_) return invalid_argument("[engine] stop strings need a tokenizer; this model has none");
@@ -336,7 +338,11 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
       live.has_first_token = true;
       live.last_token = now;
       if (live.detokenizer) {
-        std::string delta = live.detokenizer->feed(token);
+        // The token that stopped the request (the scheduler stops on EOS and stop_token_ids) is no
+        // part of the answer's text unless asked, as in vLLM: it shows when special tokens are
+        // kept (tool and reasoning parsers that read them) or for a stop id of an ordinary token.
+        const bool is_stop_token = update.finish_reason == FinishReason::kStop;
+        std::string delta = is_stop_token && !live.include_stop_string ? std::string() : live.detokenizer->feed(token);
         if (finish) delta += live.detokenizer->finish();
         if (live.stop_matcher) {
           StopStringMatcher::Result matched = live.stop_matcher->feed(delta);

@@ -37,7 +37,7 @@ struct GenerateRequest {
   SamplingParams sampling;             // eos_token_ids are filled in by the engine
   std::vector<std::string> stop_strings;
   bool skip_special_tokens = true;     // in the streamed text
-  bool include_stop_string = false;
+  bool include_stop_string = false;    // the matched stop string, or a stop token's text, stays in the text
 };
 
 class Engine {

@@ -45,6 +45,9 @@ void read_common(JsonFields& fields, const Json& body, const ParseOptions& optio
       if (!stop.empty()) out.stop.push_back(std::move(stop));
   if (auto v = fields.integer("n", 1, options.max_n)) out.n = static_cast<int>(*v);
   if (auto v = fields.boolean("stream")) out.stream = *v;
+  if (auto v = fields.boolean("skip_special_tokens")) out.skip_special_tokens = *v;
+  if (auto v = fields.boolean("include_stop_str_in_output")) out.include_stop_str_in_output = *v;
+  if (auto v = fields.boolean("add_special_tokens")) out.add_special_tokens = *v;
   if (const Json* stream_options = fields.get("stream_options")) {
     if (!stream_options->is_object()) {
       fields.fail("stream_options", "[openai] 'stream_options' must be an object", "invalid_type");
@@ -52,9 +55,54 @@ void read_common(JsonFields& fields, const Json& body, const ParseOptions& optio
       JsonFields inner(*stream_options);
       if (auto v = inner.boolean("include_usage")) out.include_usage = *v;
       if (!inner.ok()) fields.fail("stream_options.include_usage", inner.error()->message, inner.error()->code);
+      if (inner.boolean("continuous_usage_stats").value_or(false))
+        fields.fail("stream_options.continuous_usage_stats",
+                    "[openai] 'stream_options.continuous_usage_stats' is not supported", "not_supported");
     }
   }
   (void)body;
+}
+
+// Known OpenAI and vLLM request fields that pagellm does not implement: a 400 naming the field
+// rather than an answer that quietly ignores it. A value that asks for the default behaviour is
+// accepted. Fields nobody defines are ignored, as vLLM ignores them.
+struct UnsupportedField {
+  const char* name;
+  Json accepted;  // values that change nothing (a list; empty: none)
+};
+
+std::optional<ApiError> check_unsupported(const Json& body, bool is_chat) {
+  static const std::vector<UnsupportedField> common = {
+      {"best_of", Json::array({1})},          {"use_beam_search", Json::array({false})},
+      {"length_penalty", Json::array({1})},   {"allowed_token_ids", Json::array()},
+      {"bad_words", Json::array()},           {"logits_processors", Json::array()},
+      {"truncate_prompt_tokens", Json::array()}, {"spaces_between_special_tokens", Json::array({true})},
+      {"return_tokens_as_token_ids", Json::array({false})}, {"return_token_ids", Json::array({false})},
+      {"prompt_embeds", Json::array()},       {"kv_transfer_params", Json::array()},
+      {"vllm_xargs", Json::array()},          {"cache_salt", Json::array()},
+      {"priority", Json::array({0})},         {"request_id", Json::array()},
+      {"store", Json::array({false})},        {"service_tier", Json::array({"auto", "default"})},
+  };
+  static const std::vector<UnsupportedField> chat = {
+      {"functions", Json::array()},           {"function_call", Json::array()},
+      {"audio", Json::array()},               {"modalities", Json::array({Json::array({"text"})})},
+      {"prediction", Json::array()},          {"web_search_options", Json::array()},
+      {"verbosity", Json::array()},           {"reasoning_effort", Json::array()},
+      {"documents", Json::array()},           {"chat_template", Json::array()},
+      {"continue_final_message", Json::array({false})}, {"echo", Json::array({false})},
+      {"mm_processor_kwargs", Json::array()}, {"media_io_kwargs", Json::array()},
+  };
+  for (const auto* table : {&common, is_chat ? &chat : nullptr}) {
+    if (!table) continue;
+    for (const UnsupportedField& field : *table) {
+      auto it = body.find(field.name);
+      if (it == body.end() || it->is_null()) continue;
+      if (std::find(field.accepted.begin(), field.accepted.end(), *it) != field.accepted.end()) continue;
+      return ApiError{400, fmt::format("[openai] '{}' is not supported by this server", field.name), field.name,
+                      "not_supported"};
+    }
+  }
+  return std::nullopt;
 }
 
 // A prompt of token ids: [1, 2, 3].
@@ -124,6 +172,7 @@ std::optional<ApiError> normalize_message(const Json& message, size_t index, Jso
     if (*role != "assistant")
       return bad_request(fmt::format("[openai] {}.content is required", param), param + ".content",
                          "missing_required_parameter");
+    out["content"] = "";  // an assistant turn of tool calls only: templates get "" (as from vLLM)
     return std::nullopt;
   }
   if (content->is_string()) return std::nullopt;
@@ -148,6 +197,114 @@ std::optional<ApiError> normalize_message(const Json& message, size_t index, Jso
   return std::nullopt;
 }
 
+// An assistant turn's tool_calls as vLLM hands them to templates: each function's arguments (a
+// JSON string in the API) parsed into a mapping ({} when it is not JSON), an empty list dropped;
+// "reasoning" is also given as "reasoning_content".
+std::optional<ApiError> normalize_assistant_turn(Json& message, size_t index) {
+  if (message.contains("reasoning") && !message.contains("reasoning_content"))
+    message["reasoning_content"] = message["reasoning"];
+  auto calls = message.find("tool_calls");
+  if (calls == message.end()) return std::nullopt;
+  const std::string param = fmt::format("messages[{}].tool_calls", index);
+  if (calls->is_null() || (calls->is_array() && calls->empty())) {
+    message.erase("tool_calls");
+    return std::nullopt;
+  }
+  if (!calls->is_array()) return bad_request(fmt::format("[openai] {} must be a list", param), param, "invalid_type");
+  for (size_t i = 0; i < calls->size(); ++i) {
+    Json& call = (*calls)[i];
+    const std::string call_param = fmt::format("{}[{}].function", param, i);
+    Json* function = call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+    if (!function || !function->is_object() || !function->contains("name") || !(*function)["name"].is_string())
+      return bad_request(fmt::format("[openai] {} must be an object with a 'name'", call_param), call_param,
+                         "invalid_type");
+    Json& arguments = (*function)["arguments"];
+    if (arguments.is_string()) arguments = Json::parse(arguments.get<std::string>(), nullptr, false);
+    if (!arguments.is_object() && !arguments.is_array()) arguments = Json::object();
+  }
+  return std::nullopt;
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}].
+std::optional<ApiError> read_tools(const Json& tools, Json& out) {
+  if (!tools.is_array()) return bad_request("[openai] 'tools' must be a list", "tools", "invalid_type");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& tool = tools[i];
+    const std::string param = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) return bad_request(fmt::format("[openai] {} must be an object", param), param, "invalid_type");
+    if (tool.contains("type") && tool["type"] != "function")
+      return ApiError{400, fmt::format("[openai] {}.type: only tools of type 'function' are supported", param),
+                      param + ".type", "not_supported"};
+    const auto function = tool.find("function");
+    if (function == tool.end() || !function->is_object() || !function->contains("name") ||
+        !(*function)["name"].is_string() || (*function)["name"].get<std::string>().empty())
+      return bad_request(fmt::format("[openai] {}.function must be an object with a non-empty 'name'", param),
+                         param + ".function", "invalid_type");
+    const auto parameters = function->find("parameters");
+    if (parameters != function->end() && !parameters->is_null() && !parameters->is_object())
+      return bad_request(fmt::format("[openai] {}.function.parameters must be a JSON Schema object", param),
+                         param + ".function.parameters", "invalid_type");
+  }
+  out = tools;
+  return std::nullopt;
+}
+
+bool has_tool(const Json& tools, const std::string& name) {
+  for (const Json& tool : tools)
+    if (tool["function"]["name"] == name) return true;
+  return false;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}.
+// Without tools there is nothing to call: "none"/"auto" mean no calls, the others are an error.
+std::optional<ApiError> read_tool_choice(JsonFields& fields, const Json& tools, const ParseOptions& options,
+                                         ToolChoice& out) {
+  using Mode = ToolChoice::Mode;
+  out.mode = tools.empty() ? Mode::kNone : Mode::kAuto;
+  const Json* choice = fields.get("tool_choice");
+  if (choice && choice->is_string()) {
+    const std::string name = choice->get<std::string>();
+    if (name == "none") out.mode = Mode::kNone;
+    else if (name == "required") out.mode = Mode::kRequired;
+    else if (name != "auto")
+      return bad_request("[openai] 'tool_choice' must be \"none\", \"auto\", \"required\" or a named function",
+                         "tool_choice");
+  } else if (choice && choice->is_object()) {
+    const auto function = choice->find("function");
+    if (choice->value("type", "") != "function" || function == choice->end() || !function->is_object() ||
+        !function->contains("name") || !(*function)["name"].is_string())
+      return bad_request("[openai] a named 'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                         "tool_choice", "invalid_type");
+    out.mode = Mode::kNamed;
+    out.function = (*function)["name"].get<std::string>();
+    if (!has_tool(tools, out.function))
+      return bad_request(fmt::format("[openai] tool_choice names the function '{}', which is not in 'tools'", out.function),
+                         "tool_choice");
+  } else if (choice) {
+    return bad_request("[openai] 'tool_choice' must be a string or an object", "tool_choice", "invalid_type");
+  }
+  if (tools.empty() && (out.mode == Mode::kRequired || out.mode == Mode::kNamed))
+    return bad_request("[openai] 'tool_choice' required or named needs 'tools'", "tool_choice");
+  if (tools.empty()) out.mode = Mode::kNone;
+  if (out.mode == Mode::kAuto && !options.auto_tool_choice)
+    return bad_request("[openai] \"auto\" tool choice (the default with 'tools') needs the server started with "
+                       "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"none\", "
+                       "\"required\" or a named function", "tool_choice", "not_supported");
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_chat_tools(JsonFields& fields, const ParseOptions& options, ChatRequest& out) {
+  if (const Json* tools = fields.get("tools"))
+    if (auto error = read_tools(*tools, out.tools)) return error;
+  if (auto error = read_tool_choice(fields, out.tools, options, out.tool_choice)) return error;
+  if (auto v = fields.boolean("parallel_tool_calls")) out.parallel_tool_calls = *v;
+  if (auto v = fields.boolean("include_reasoning")) out.include_reasoning = *v;
+  const ToolChoice::Mode mode = out.tool_choice.mode;
+  if (mode == ToolChoice::Mode::kRequired || mode == ToolChoice::Mode::kNamed)
+    out.guided_json_schema = tool_choice_schema(out.tool_choice, out.tools, out.parallel_tool_calls);
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_chat_inputs(const Json& body, JsonFields& fields, ChatTemplateInputs& inputs) {
   auto messages = body.find("messages");
   if (messages == body.end() || messages->is_null())
@@ -158,16 +315,9 @@ std::optional<ApiError> read_chat_inputs(const Json& body, JsonFields& fields, C
   for (size_t i = 0; i < messages->size(); ++i) {
     Json message;
     if (auto error = normalize_message((*messages)[i], i, message)) return error;
+    if (message["role"] == "assistant")
+      if (auto error = normalize_assistant_turn(message, i)) return error;
     inputs.messages.push_back(std::move(message));
-  }
-  std::string tool_choice = "auto";
-  if (const Json* choice = fields.get("tool_choice")) {
-    if (choice->is_string()) tool_choice = choice->get<std::string>();
-    else if (!choice->is_object()) fields.fail("tool_choice", "[openai] 'tool_choice' must be a string or an object", "invalid_type");
-  }
-  if (const Json* tools = fields.get("tools")) {
-    if (!tools->is_array()) fields.fail("tools", "[openai] 'tools' must be a list", "invalid_type");
-    else if (tool_choice != "none" && !tools->empty()) inputs.tools = *tools;
   }
   if (const Json* kwargs = fields.get("chat_template_kwargs")) {
     if (!kwargs->is_object()) fields.fail("chat_template_kwargs", "[openai] 'chat_template_kwargs' must be an object", "invalid_type");
@@ -211,6 +361,7 @@ std::optional<ApiError> check_token_ids(const std::vector<TokenId>& ids, int64_t
 
 std::optional<ApiError> parse_completion_request(const Json& body, const ParseOptions& options, CompletionRequest& out) {
   if (auto error = check_model(body, options)) return error;
+  if (auto error = check_unsupported(body, /*is_chat=*/false)) return error;
   JsonFields fields(body);
   if (fields.get("suffix"))
     return ApiError{400, "[openai] 'suffix' is not supported", "suffix", "not_supported"};
@@ -228,8 +379,12 @@ std::optional<ApiError> parse_completion_request(const Json& body, const ParseOp
 
 std::optional<ApiError> parse_chat_request(const Json& body, const ParseOptions& options, ChatRequest& out) {
   if (auto error = check_model(body, options)) return error;
+  if (auto error = check_unsupported(body, /*is_chat=*/true)) return error;
   JsonFields fields(body);
   if (auto error = read_chat_inputs(body, fields, out.template_inputs)) return error;
+  if (auto error = read_chat_tools(fields, options, out)) return error;
+  // The template sees the tools unless the request said tool_choice "none".
+  if (out.tool_choice.mode != ToolChoice::Mode::kNone) out.template_inputs.tools = out.tools;
   read_common(fields, body, options, out.common);
   if (auto v = fields.boolean("logprobs")) out.logprobs = *v;
   if (auto v = fields.integer("top_logprobs", 0, options.max_logprobs)) out.top_logprobs = static_cast<int>(*v);

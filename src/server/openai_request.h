@@ -13,6 +13,7 @@
 
 #include "sched/request.h"
 #include "server/api_error.h"
+#include "server/tool_parser_choice.h"
 #include "tokenizer/chat_template.h"
 
 namespace pagellm::server {
@@ -23,6 +24,9 @@ struct ParseOptions {
   int max_logprobs = 20;  // top alternatives per token at most
   int max_n = 128;        // samples per prompt at most
   int max_prompts = 1024; // prompts per completions request at most
+  // --enable-auto-tool-choice with a --tool-call-parser: tool_choice "auto" (the default when
+  // tools are given) reads calls from the output. Without it such requests are refused (as vLLM).
+  bool auto_tool_choice = false;
 };
 
 // Fields shared by /v1/completions and /v1/chat/completions.
@@ -33,6 +37,9 @@ struct CommonFields {
   int n = 1;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  bool skip_special_tokens = true;    // special tokens left out of the text
+  bool include_stop_str_in_output = false;
+  std::optional<bool> add_special_tokens;  // tokenizer's BOS/EOS around a text prompt (default: chat no, completions yes)
 };
 
 struct CompletionRequest {
@@ -48,6 +55,15 @@ struct ChatRequest {
   ChatTemplateInputs template_inputs;  // messages with text content, tools, kwargs
   bool logprobs = false;
   int top_logprobs = 0;
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // validated, as given
+  ToolChoice tool_choice;              // kNone when the request has no tools
+  bool parallel_tool_calls = true;
+  bool include_reasoning = true;       // vLLM's include_reasoning: false drops reasoning_content
+  // tool_choice "required" or a named function: the JSON Schema the generated text must match
+  // (tool_choice_schema(); the text formats are in tool_parser_choice.h). Constrained decoding
+  // applies it as it would a response_format json_schema; the response reads the text back into
+  // tool calls with make_forced_tool_call_parser().
+  std::optional<nlohmann::ordered_json> guided_json_schema;
 };
 
 // Parses a body as JSON (ordered: key order reaches chat templates through tojson).

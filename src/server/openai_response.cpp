@@ -64,6 +64,30 @@ Json whole_response(const ResponseMeta& meta, Json choices, const Usage& usage) 
               {"model", meta.model},     {"choices", std::move(choices)},           {"usage", usage_json(usage)}};
 }
 
+namespace {
+
+Json wrap_chunk(const ResponseMeta& meta, Json choice, bool include_usage) {
+  Json out{{"id", meta.id}, {"object", object_name(meta.kind, true)}, {"created", meta.created}, {"model", meta.model},
+           {"choices", Json::array({std::move(choice)})}};
+  if (include_usage) out["usage"] = nullptr;  // as OpenAI: every chunk has "usage", null but the last
+  return out;
+}
+
+Json tool_call_piece_json(const ToolCallDelta& piece) {
+  Json out{{"index", piece.index}};
+  Json function = Json::object();
+  if (!piece.id.empty()) {
+    out["id"] = piece.id;
+    out["type"] = "function";
+    function["name"] = piece.name;
+  }
+  function["arguments"] = piece.arguments;
+  out["function"] = std::move(function);
+  return out;
+}
+
+}  // namespace
+
 Json chunk(const ResponseMeta& meta, int index, const std::string& text, bool with_role, Json logprobs,
            std::optional<FinishReason> finish_reason, bool include_usage) {
   Json choice;
@@ -78,10 +102,49 @@ Json chunk(const ResponseMeta& meta, int index, const std::string& text, bool wi
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_json(finish_reason);
-  Json out{{"id", meta.id}, {"object", object_name(meta.kind, true)}, {"created", meta.created}, {"model", meta.model},
-           {"choices", Json::array({std::move(choice)})}};
-  if (include_usage) out["usage"] = nullptr;  // as OpenAI: every chunk has "usage", null but the last
+  return wrap_chunk(meta, std::move(choice), include_usage);
+}
+
+Json chat_message(const ParsedMessage& message, bool with_reasoning) {
+  Json out{{"role", "assistant"}};
+  const bool content_is_null = message.content.empty() && (!message.tool_calls.empty() || !message.reasoning.empty());
+  out["content"] = content_is_null ? Json(nullptr) : Json(message.content);
+  if (with_reasoning) out["reasoning_content"] = message.reasoning.empty() ? Json(nullptr) : Json(message.reasoning);
+  if (!message.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCall& call : message.tool_calls)
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    out["tool_calls"] = std::move(calls);
+  }
   return out;
+}
+
+Json chat_finish_reason(std::optional<FinishReason> reason, bool called_tools) {
+  if (called_tools && reason == FinishReason::kStop) return "tool_calls";
+  return finish_json(reason);
+}
+
+Json chat_choice(int index, Json message, Json logprobs, Json finish_reason) {
+  return Json{{"index", index}, {"message", std::move(message)}, {"logprobs", std::move(logprobs)},
+              {"finish_reason", std::move(finish_reason)}};
+}
+
+Json chat_delta_chunk(const ResponseMeta& meta, int index, const MessageDelta& delta, bool with_role, Json logprobs,
+                      Json finish_reason, bool include_usage) {
+  Json out = Json::object();
+  if (with_role) out["role"] = "assistant";
+  if (!delta.content.empty() || (delta.reasoning.empty() && delta.tool_calls.empty())) out["content"] = delta.content;
+  if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+  if (!delta.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCallDelta& piece : delta.tool_calls) calls.push_back(tool_call_piece_json(piece));
+    out["tool_calls"] = std::move(calls);
+  }
+  Json choice{{"index", index}, {"delta", std::move(out)}, {"logprobs", std::move(logprobs)},
+              {"finish_reason", std::move(finish_reason)}};
+  return wrap_chunk(meta, std::move(choice), include_usage);
 }
 
 Json usage_chunk(const ResponseMeta& meta, const Usage& usage) {

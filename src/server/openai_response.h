@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sched/request.h"
+#include "server/tool_parser.h"
 
 namespace pagellm::server {
 
@@ -41,6 +42,20 @@ nlohmann::ordered_json chunk(const ResponseMeta& meta, int index, const std::str
                              nlohmann::ordered_json logprobs, std::optional<FinishReason> finish_reason,
                              bool include_usage);
 nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, const Usage& usage);
+
+// Chat with output parsers (tool calls, reasoning). The message: content is null when it is empty
+// and the model called tools or only reasoned; reasoning_content is there when a reasoning parser
+// runs; tool_calls [{id, type: "function", function: {name, arguments}}] when there are calls.
+nlohmann::ordered_json chat_message(const ParsedMessage& message, bool with_reasoning);
+// "tool_calls" when the model called tools and stopped by itself; otherwise the engine's reason.
+nlohmann::ordered_json chat_finish_reason(std::optional<FinishReason> reason, bool called_tools);
+nlohmann::ordered_json chat_choice(int index, nlohmann::ordered_json message, nlohmann::ordered_json logprobs,
+                                   nlohmann::ordered_json finish_reason);
+// A stream chunk of one chat choice: its delta carries content, reasoning_content and tool-call
+// pieces (a call's first piece with index, id, type and name; later ones with argument text).
+nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, int index, const MessageDelta& delta, bool with_role,
+                                        nlohmann::ordered_json logprobs, nlohmann::ordered_json finish_reason,
+                                        bool include_usage);
 
 nlohmann::ordered_json usage_json(const Usage& usage);
 std::string to_json_text(const nlohmann::ordered_json& value);  // invalid UTF-8 replaced, never throws

@@ -7,6 +7,8 @@
 #include "server/choice_streams.h"
 #include "server/openai_logprobs.h"
 #include "server/openai_response.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_parser_choice.h"
 
 namespace pagellm::server {
 
@@ -29,6 +31,10 @@ struct Generation {
   std::vector<Prompt> prompts;
   CommonFields common;
   LogprobMode logprobs = LogprobMode::kNone;
+  // Chat whose text is parsed into reasoning, content and tool calls (nullopt: text is content).
+  std::optional<ChatOutputOptions> chat_output;
+  std::string chat_prompt;      // the rendered prompt (qwen3's reasoning parser reads its end)
+  bool include_reasoning = true;
 };
 
 // The running state of one choice.
@@ -39,7 +45,25 @@ struct ChoiceState {
   int text_offset = 0;    // completions logprobs
   bool has_output = false;
   std::optional<FinishReason> finish_reason;
+  std::unique_ptr<OutputParser> parser;  // chat output parsing; null: text is content
+  bool called_tools = false;             // streamed: a tool call went out
 };
+
+std::vector<ChoiceState> make_choices(const Generation& generation) {
+  std::vector<ChoiceState> choices(generation.prompts.size() * static_cast<size_t>(generation.common.n));
+  if (generation.chat_output)
+    for (ChoiceState& choice : choices) choice.parser = make_chat_output_parser(*generation.chat_output, generation.chat_prompt);
+  return choices;
+}
+
+// A whole chat choice read by its output parser.
+Json parsed_chat_choice(const Generation& generation, int index, ChoiceState& choice) {
+  ParsedMessage message = parse_whole(*choice.parser, choice.text);
+  if (!generation.include_reasoning) message.reasoning.clear();
+  const bool with_reasoning = !generation.chat_output->reasoning_parser.empty();
+  return chat_choice(index, chat_message(message, with_reasoning), choice.logprobs,
+                     chat_finish_reason(choice.finish_reason, !message.tool_calls.empty()));
+}
 
 std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const ServingContext& context,
                                                                     const Generation& generation) {
@@ -66,6 +90,8 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
       // n samples of one seeded request must differ from each other yet be reproducible.
       if (request.sampling.seed) *request.sampling.seed += static_cast<uint64_t>(sample);
       request.stop_strings = generation.common.stop;
+      request.skip_special_tokens = generation.common.skip_special_tokens;
+      request.include_stop_string = generation.common.include_stop_str_in_output;
       requests.push_back(std::move(request));
     }
   }
@@ -106,7 +132,7 @@ void respond_whole(const ServingContext& context, const Generation& generation, 
                    ResponseWriter& writer) {
   const LogprobFormatter formatter(context.tokenizer.get());
   const int n = generation.common.n;
-  std::vector<ChoiceState> choices(generation.prompts.size() * static_cast<size_t>(n));
+  std::vector<ChoiceState> choices = make_choices(generation);
   while (std::optional<ChoiceOutput> next = streams.next(writer)) {
     ChoiceState& choice = choices[static_cast<size_t>(next->index)];
     const RequestOutput& out = next->output;
@@ -124,6 +150,10 @@ void respond_whole(const ServingContext& context, const Generation& generation, 
   if (streams.client_gone()) return;  // nobody to answer; the requests are aborted
   Json body_choices = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i].parser) {
+      body_choices.push_back(parsed_chat_choice(generation, static_cast<int>(i), choices[i]));
+      continue;
+    }
     const std::string& echo = generation.prompts[i / static_cast<size_t>(n)].echo_text;
     body_choices.push_back(response_choice(generation.meta.kind, static_cast<int>(i), echo + choices[i].text,
                                            choices[i].logprobs, choices[i].finish_reason));
@@ -133,13 +163,27 @@ void respond_whole(const ServingContext& context, const Generation& generation, 
   writer.respond(response);
 }
 
+// One streamed chat output read by the choice's output parser; nullopt when there is nothing to send.
+std::optional<Json> parsed_chat_chunk(const Generation& generation, const ChoiceOutput& next, ChoiceState& choice,
+                                      Json logprobs) {
+  const RequestOutput& out = next.output;
+  MessageDelta delta;
+  choice.parser->feed(out.text, delta);
+  if (out.finish_reason) choice.parser->finish(delta);
+  if (!generation.include_reasoning) delta.reasoning.clear();
+  choice.called_tools = choice.called_tools || !delta.tool_calls.empty();
+  if (delta.empty() && choice.has_output && !out.finish_reason && logprobs.is_null()) return std::nullopt;
+  return chat_delta_chunk(generation.meta, next.index, delta, /*with_role=*/!choice.has_output, std::move(logprobs),
+                          chat_finish_reason(out.finish_reason, choice.called_tools), generation.common.include_usage);
+}
+
 // SSE: the 200 and its headers go out with the first output, so a request the engine refuses at
 // once still gets a proper HTTP error.
 void respond_stream(const ServingContext& context, const Generation& generation, ChoiceStreams& streams,
                     ResponseWriter& writer) {
   const LogprobFormatter formatter(context.tokenizer.get());
   const int n = generation.common.n;
-  std::vector<ChoiceState> choices(generation.prompts.size() * static_cast<size_t>(n));
+  std::vector<ChoiceState> choices = make_choices(generation);
   bool started = false;
   while (std::optional<ChoiceOutput> next = streams.next(writer)) {
     ChoiceState& choice = choices[static_cast<size_t>(next->index)];
@@ -160,13 +204,20 @@ void respond_stream(const ServingContext& context, const Generation& generation,
       started = true;
       if (!writer.start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) break;
     }
-    std::string text = out.text;
-    if (!choice.has_output) text = generation.prompts[static_cast<size_t>(next->index / n)].echo_text + text;
     Json logprobs = output_logprobs(formatter, generation.logprobs, out, choice.text_offset);
-    const Json event = chunk(generation.meta, next->index, text, /*with_role=*/!choice.has_output, std::move(logprobs),
-                             out.finish_reason, generation.common.include_usage);
-    choice.has_output = true;
     choice.num_tokens += static_cast<int64_t>(out.token_ids.size());
+    Json event;
+    if (choice.parser) {
+      std::optional<Json> parsed = parsed_chat_chunk(generation, *next, choice, std::move(logprobs));
+      if (!parsed) continue;  // all held back (a tag being decided): nothing to send yet
+      event = std::move(*parsed);
+    } else {
+      std::string text = out.text;
+      if (!choice.has_output) text = generation.prompts[static_cast<size_t>(next->index / n)].echo_text + text;
+      event = chunk(generation.meta, next->index, text, /*with_role=*/!choice.has_output, std::move(logprobs),
+                    out.finish_reason, generation.common.include_usage);
+    }
+    choice.has_output = true;
     if (!writer.write_chunk(sse_event(event))) break;  // client gone: abort below
   }
   if (streams.client_gone() || !started || writer.client_gone()) {
@@ -209,6 +260,25 @@ std::optional<ApiError> tokenize_text(const ServingContext& context, const std::
   return std::nullopt;
 }
 
+// Which output parsers read this chat request's text: the server's reasoning parser, and for tools
+// its tool-call parser (tool_choice auto) or the required/named reader. Parsers that read special
+// tokens keep them in the text (as vLLM's Mistral and harmony paths do).
+void set_chat_output(const ServingContext& context, const ChatRequest& parsed, Generation& generation) {
+  ChatOutputOptions options;
+  options.reasoning_parser = context.reasoning_parser;
+  options.tool_parser = context.tool_call_parser;
+  options.tool_choice = parsed.tool_choice;
+  options.tools = parsed.tools;
+  options.parallel_tool_calls = parsed.parallel_tool_calls;
+  const bool reads_tools = options.tool_choice.mode != ToolChoice::Mode::kNone;
+  if (options.reasoning_parser.empty() && !reads_tools) return;
+  if (reasoning_parser_needs_special_tokens(options.reasoning_parser) ||
+      (options.tool_choice.mode == ToolChoice::Mode::kAuto && tool_parser_needs_special_tokens(options.tool_parser)))
+    generation.common.skip_special_tokens = false;
+  generation.chat_output = std::move(options);
+  generation.include_reasoning = parsed.include_reasoning;
+}
+
 }  // namespace
 
 void handle_completions(const ServingContext& context, const HttpRequest& request, ResponseWriter& writer) {
@@ -220,7 +290,8 @@ void handle_completions(const ServingContext& context, const HttpRequest& reques
   generation.meta = new_response_meta(ApiKind::kCompletion, context.served_model_name);
   for (size_t i = 0; !error && i < parsed.prompt_texts.size(); ++i) {
     Prompt prompt;
-    error = tokenize_text(context, parsed.prompt_texts[i], /*add_special_tokens=*/true, "prompt", prompt.ids);
+    error = tokenize_text(context, parsed.prompt_texts[i], parsed.common.add_special_tokens.value_or(true), "prompt",
+                          prompt.ids);
     if (parsed.echo) prompt.echo_text = parsed.prompt_texts[i];
     generation.prompts.push_back(std::move(prompt));
   }
@@ -253,7 +324,9 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
     Prompt prompt;
     if (!rendered.has_value()) error = api_error_from_status(rendered.status(), "messages");
     // The template wrote the special tokens itself: no post-processor BOS/EOS on top (as vLLM).
-    else error = tokenize_text(context, *rendered, /*add_special_tokens=*/false, "messages", prompt.ids);
+    else error = tokenize_text(context, *rendered, parsed.common.add_special_tokens.value_or(false), "messages",
+                               prompt.ids);
+    if (rendered.has_value()) generation.chat_prompt = std::move(*rendered);
     generation.prompts.push_back(std::move(prompt));
   }
   if (error) {
@@ -262,6 +335,7 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
   }
   generation.common = std::move(parsed.common);
   if (parsed.logprobs) generation.logprobs = LogprobMode::kChat;
+  set_chat_output(context, parsed, generation);
   generate(context, generation, writer);
 }
 

@@ -23,6 +23,10 @@ struct ServingContext {
   std::string api_key;                          // empty: no authentication
   ParseOptions parse_options;                   // served name, vocab size, limits
   int max_model_len = 0;
+  // Chat output parsing (--reasoning-parser, --tool-call-parser; "" = none). The tool-call parser
+  // reads tool_choice "auto" calls only with --enable-auto-tool-choice (parse_options says so).
+  std::string reasoning_parser;
+  std::string tool_call_parser;
   // Text prompts longer than this (bytes) cannot fit in max_model_len tokens and are refused before
   // tokenizing (0: no such check). Filled by make_api_handler (see prompt_byte_limit.h).
   size_t max_prompt_bytes = 0;
