@@ -60,7 +60,7 @@ bool have_cli() { return std::filesystem::exists(PAGELLM_CLI); }
 
 #define SKIP_WITHOUT_CLI_OR(family)                                                       \
   if (!have_cli()) GTEST_SKIP() << PAGELLM_CLI << " not built";                            \
-  if (!have_tokenizer(family)) GTEST_SKIP() << "assets/tokenizers/" family " missing: run scripts/setup.sh"
+  if (!have_tokenizer(family)) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" family " missing: run scripts/setup.sh")
 
 void expect_one_line_error(const CommandResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.err;

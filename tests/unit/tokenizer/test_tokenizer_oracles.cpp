@@ -68,9 +68,9 @@ int compare_ids(const Tokenizer& tok, const nlohmann::json& expected, bool add_s
 TEST_P(OracleTest, IdsMatchJavaScriptTokenizers) {
   const std::string family = GetParam();
   auto tok = load_family(family);
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << family << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << family << " missing: run scripts/setup.sh");
   const std::string dir = js_oracle_dir();
-  if (dir.empty()) GTEST_SKIP() << "node or node_modules/@lenml/tokenizers missing: run scripts/setup.sh";
+  if (dir.empty()) PAGELLM_SKIP_UNLESS_CI("node or node_modules/@lenml/tokenizers missing: run scripts/setup.sh");
   const auto oracle = read_json(dir + "/js_" + family + ".json");
   ASSERT_EQ(oracle["ids"].size(), corpus().size()) << "stale js oracle output in " << dir;
   const int plain = compare_ids(*tok, oracle["ids"], false, family + " (js, no special)", true);
@@ -82,10 +82,10 @@ TEST_P(OracleTest, IdsMatchJavaScriptTokenizers) {
 TEST_P(OracleTest, IdsAndTextMatchHuggingFaceTokenizers) {
   const std::string family = GetParam();
   auto tok = load_family(family);
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << family << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << family << " missing: run scripts/setup.sh");
   const std::string path = source_path("tests/golden/tokenizer/hf_" + family + ".json");
   if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " not present yet: run tools/hf_tokenizer_golden.py where HF tokenizers is installed";
+    PAGELLM_SKIP_UNLESS_CI(path << " not present yet: run tools/hf_tokenizer_golden.py where HF tokenizers is installed");
   }
   const auto oracle = read_json(path);
   ASSERT_EQ(oracle["ids"].size(), corpus().size()) << "hf golden was written for another corpus";

@@ -18,7 +18,7 @@ class RoundTripTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RoundTripTest, DecodeOfEncodeGivesTheTextBack) {
   auto tok = load_family(GetParam());
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh");
   int failures = 0;
   for (const auto& s : corpus()) {
     auto ids = tok->encode(s, false);
@@ -47,7 +47,7 @@ std::string stream(std::shared_ptr<const Tokenizer> tok, const std::vector<int32
 
 TEST_P(RoundTripTest, IncrementalDetokenizerMatchesDecodeOnCorpus) {
   auto tok = load_family(GetParam());
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh");
   int failures = 0;
   for (const auto& s : corpus()) {
     auto ids = tok->encode(s, true);
@@ -66,7 +66,7 @@ TEST_P(RoundTripTest, IncrementalDetokenizerMatchesDecodeOnCorpus) {
 
 TEST_P(RoundTripTest, IncrementalDetokenizerMatchesDecodeOnRandomIds) {
   auto tok = load_family(GetParam());
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh");
   std::mt19937 rng(1234);
   // Byte-ish tokens (the first few hundred ids hold single bytes / <0xHH> in these vocabularies)
   // mixed with arbitrary ids, specials included.
@@ -91,7 +91,7 @@ TEST_P(RoundTripTest, IncrementalDetokenizerMatchesDecodeOnRandomIds) {
 
 TEST_P(RoundTripTest, SpecialTokensAreRecognizedAndSkippable) {
   auto tok = load_family(GetParam());
-  if (!tok) GTEST_SKIP() << "assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh";
+  if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << GetParam() << " missing: run scripts/setup.sh");
   ASSERT_TRUE(tok->eos_token_id().has_value()) << "eos_token of tokenizer_config.json not found";
   const int32_t eos = *tok->eos_token_id();
   EXPECT_TRUE(tok->is_special(eos));
