@@ -9,13 +9,24 @@
 
 namespace pagellm {
 
-// Cumulative histogram with fixed bucket bounds in seconds (Prometheus style).
+// Cumulative histogram with fixed bucket bounds (Prometheus style): seconds or token counts.
 struct Histogram {
+  // pagellm's own latency buckets: 0.5 ms to 30 min, fine below a second (a decode step is ~1 ms).
   static const std::vector<double>& bounds_s();
-  std::vector<uint64_t> bucket_counts = std::vector<uint64_t>(bounds_s().size(), 0);  // value <= bound
+  // vLLM's buckets, so vLLM's Grafana dashboard reads the vllm:* families as it reads vLLM's.
+  static const std::vector<double>& vllm_ttft_bounds_s();
+  static const std::vector<double>& vllm_tpot_bounds_s();
+  static const std::vector<double>& vllm_request_latency_bounds_s();
+  static const std::vector<double>& token_count_bounds();  // 1, 2, 5, 10, 20, 50, ... up to 5e6
+
+  Histogram() : Histogram(bounds_s()) {}
+  explicit Histogram(const std::vector<double>& bucket_bounds)
+      : bounds(&bucket_bounds), bucket_counts(bucket_bounds.size(), 0) {}
+  const std::vector<double>* bounds;    // upper bounds, ascending (static storage)
+  std::vector<uint64_t> bucket_counts;  // value <= bound, cumulative
   uint64_t count = 0;
-  double sum_s = 0.0;
-  void observe(double seconds);
+  double sum = 0.0;
+  void observe(double value);
 };
 
 struct EngineMetrics {
@@ -31,6 +42,12 @@ struct EngineMetrics {
   uint64_t steps = 0;
   double step_time_total_s = 0.0;
   Histogram ttft, inter_token, e2e, queue_time, step_time;
+  // The same observations in vLLM's buckets, and per-request token counts (at finish).
+  Histogram vllm_ttft{Histogram::vllm_ttft_bounds_s()}, vllm_tpot{Histogram::vllm_tpot_bounds_s()};
+  Histogram vllm_e2e{Histogram::vllm_request_latency_bounds_s()};
+  Histogram vllm_queue_time{Histogram::vllm_request_latency_bounds_s()};
+  Histogram request_prompt_tokens{Histogram::token_count_bounds()};
+  Histogram request_generation_tokens{Histogram::token_count_bounds()};
 };
 
 // Written by the engine thread, read by any thread.

@@ -1,5 +1,6 @@
-// The Prometheus text exposition of EngineMetrics (GET /metrics), names as vLLM's with the
-// "pagellm:" prefix, every sample labelled with model_name.
+// The Prometheus text exposition of EngineMetrics (GET /metrics): pagellm's families ("pagellm:" prefix,
+// finer latency buckets, labelled model_name), then the same counts as vLLM exports them ("vllm:"
+// names, vLLM's buckets, labels model_name and engine) so vLLM's dashboards and alerts work unchanged.
 #pragma once
 
 #include <string>

@@ -297,6 +297,36 @@ TEST_F(ServeApiTest, ModelsHealthVersionMetrics) {
   EXPECT_NE(metrics.body.find("le=\"+Inf\""), std::string::npos);
 }
 
+// The vllm:* families carry the same counts as pagellm's, in vLLM's names, labels and buckets (vLLM's
+// Grafana dashboard reads time_per_output_token_seconds and latency buckets past 60 s).
+TEST_F(ServeApiTest, MetricsAlsoAsVllmExportsThem) {
+  const json body = {{"model", kModelName}, {"prompt", {{1, 2, 3}}}, {"max_tokens", 4}};
+  ASSERT_EQ(http_post_json(port(), "/v1/completions", body).status, 200);
+  const std::string labels = "{model_name=\"" + std::string(kModelName) + "\",engine=\"0\"";
+  // The engine books a finished request just after its last output reaches the handler.
+  std::string text = http_get(port(), "/metrics").body;
+  for (int i = 0; i < 200 && metric_value(text, "vllm:request_generation_tokens_count" + labels).value_or(0) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    text = http_get(port(), "/metrics").body;
+  }
+  for (const char* family : {"num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "gpu_cache_usage_perc",
+                             "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
+                             "prefix_cache_queries_total", "prefix_cache_hits_total"})
+    EXPECT_TRUE(metric_value(text, "vllm:" + std::string(family) + labels).has_value()) << family;
+  EXPECT_EQ(metric_value(text, "vllm:generation_tokens_total" + labels),
+            metric_value(text, "pagellm:generation_tokens_total{model_name=\"" + std::string(kModelName) + "\"}"));
+  EXPECT_GE(metric_value(text, "vllm:request_success_total" + labels + ",finished_reason=\"length\"}").value_or(0), 1);
+  EXPECT_GE(metric_value(text, "vllm:request_generation_tokens_count" + labels).value_or(0), 1);
+  EXPECT_GE(metric_value(text, "vllm:time_per_output_token_seconds_count" + labels).value_or(0), 3);
+  EXPECT_GE(metric_value(text, "vllm:time_per_output_token_seconds_bucket" + labels + ",le=\"80\"}").value_or(0), 3);
+  EXPECT_GE(metric_value(text, "vllm:e2e_request_latency_seconds_bucket" + labels + ",le=\"7680\"}").value_or(0), 1);
+  EXPECT_GE(metric_value(text, "vllm:time_to_first_token_seconds_bucket" + labels + ",le=\"2560\"}").value_or(0), 1);
+  EXPECT_NE(text.find("# TYPE vllm:request_queue_time_seconds histogram"), std::string::npos);
+  EXPECT_NE(text.find("pagellm:e2e_request_latency_seconds_bucket{model_name=\"" + std::string(kModelName) +
+                      "\",le=\"1800\"}"),
+            std::string::npos);
+}
+
 TEST_F(ServeApiTest, TokenizeAndDetokenize) {
   const json tokens = http_post_json(port(), "/tokenize", {{"prompt", "Hello world"}}).json();
   ASSERT_TRUE(tokens["tokens"].is_array()) << tokens.dump();
