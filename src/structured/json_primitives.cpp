@@ -85,18 +85,19 @@ Expr JsonPrimitives::string_of_length(int min_chars, int max_chars) {
 
 Expr JsonPrimitives::make_integer() {
   return b_.seq({b_.optional(b_.byte('-')),
-                 b_.alt({b_.byte('0'), b_.seq({b_.byte_range('1', '9'), b_.star(b_.byte_range('0', '9'))})})});
+                 b_.alt({b_.byte('0'), b_.seq({b_.byte_range('1', '9'),
+                                               b_.repeat(b_.byte_range('0', '9'), 0, kMaxIntegerDigits - 1)})})});
 }
 
 Expr JsonPrimitives::make_number() {
-  const Expr digits = b_.plus(b_.byte_range('0', '9'));
   ByteSet e, sign;
   e.set('e');
   e.set('E');
   sign.set('+');
   sign.set('-');
-  return b_.seq({integer(), b_.optional(b_.seq({b_.byte('.'), digits})),
-                 b_.optional(b_.seq({b_.bytes(e), b_.optional(b_.bytes(sign)), b_.plus(b_.byte_range('0', '9'))}))});
+  const Expr digit = b_.byte_range('0', '9');
+  return b_.seq({integer(), b_.optional(b_.seq({b_.byte('.'), b_.repeat(digit, 1, kMaxFractionDigits)})),
+                 b_.optional(b_.seq({b_.bytes(e), b_.optional(b_.bytes(sign)), b_.repeat(digit, 1, kMaxExponentDigits)}))});
 }
 
 Expr JsonPrimitives::make_any_value() {
@@ -156,10 +157,10 @@ Expr JsonPrimitives::non_negative_in_range(int64_t lo, std::optional<int64_t> hi
 }
 
 Expr JsonPrimitives::integer_in_range(std::optional<int64_t> min, std::optional<int64_t> max) {
-  static constexpr int64_t kLimit = 100000000000000000;  // 1e17: keeps the arithmetic in range
-  if (min) min = std::max(*min, -kLimit);
-  if (max) max = std::min(*max, kLimit);
   if (!min && !max) return integer();
+  static constexpr int64_t kLargest = 999999999999999999;  // kMaxIntegerDigits nines
+  min = std::max(min.value_or(-kLargest), -kLargest);
+  max = std::min(max.value_or(kLargest), kLargest);
   std::vector<Expr> parts;
   if (!max || *max >= 0) parts.push_back(non_negative_in_range(min ? std::max<int64_t>(*min, 0) : 0, max));
   if (!min || *min < 0) {  // negatives: '-' then magnitudes in [max(1, -max), -min]

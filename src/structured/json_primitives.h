@@ -2,7 +2,8 @@
 // builder: string characters (raw UTF-8 but no controls, quote or backslash; all JSON escapes,
 // \u escapes only as valid code points or surrogate pairs, so that every string parses),
 // strings, numbers, integers (optionally within bounds), and any JSON value. Output is compact:
-// these rules allow no whitespace between tokens.
+// these rules allow no whitespace between tokens. Numbers stay within what every JSON parser
+// reads exactly: at most 18 integer digits (an int64), 16 fraction digits and a 2-digit exponent.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,9 @@ namespace pagellm::structured {
 class JsonPrimitives {
  public:
   using Expr = GrammarBuilder::Expr;
+  static constexpr int kMaxIntegerDigits = 18;
+  static constexpr int kMaxFractionDigits = 16;
+  static constexpr int kMaxExponentDigits = 2;
   explicit JsonPrimitives(GrammarBuilder& builder) : b_(builder) {}
 
   Expr string_char();  // one character of a string's content
