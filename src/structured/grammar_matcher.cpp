@@ -6,8 +6,8 @@
 
 namespace pagellm::structured {
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
-    : grammar_(std::move(grammar)), stacks_(grammar_->grammar()) {
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, bool use_state_cache)
+    : grammar_(std::move(grammar)), stacks_(grammar_->grammar()), use_state_cache_(use_state_cache) {
   reset();
 }
 
@@ -104,8 +104,9 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> words) {
   const State& state = current();
   const TokenVocabulary& vocab = grammar_->vocab();
   if (!state.terminated && !state.tops.empty()) {
-    const std::vector<int32_t> key = state_key(state);
-    if (auto cached = grammar_->find_state_mask(key)) {
+    if (!use_state_cache_) {
+      compute_mask(state, words);
+    } else if (const std::vector<int32_t> key = state_key(state); auto cached = grammar_->find_state_mask(key)) {
       cached->add_to(words);
     } else {
       compute_mask(state, words);

@@ -19,7 +19,8 @@ namespace pagellm::structured {
 
 class GrammarMatcher {
  public:
-  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+  // use_state_cache = false skips the whole-state mask cache (benchmarks of the suffix path).
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, bool use_state_cache = true);
 
   // Advances by one token. False (and no change) when the grammar does not allow it: a special
   // token, a stop token before the grammar is complete, or text that leaves the grammar.
@@ -64,6 +65,7 @@ class GrammarMatcher {
   std::vector<State> history_;  // [0] is the start; back() is now
   Frontier a_, b_;              // scratch frontiers
   std::vector<uint32_t> uncertain_;
+  bool use_state_cache_ = true;
 };
 
 }  // namespace pagellm::structured

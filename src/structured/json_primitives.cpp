@@ -121,6 +121,10 @@ Expr JsonPrimitives::make_any_array() {
 // Fixed-length digit strings between lo and hi (same length, lo <= hi).
 Expr JsonPrimitives::digits_in_range(const std::string& lo, const std::string& hi) {
   const auto first_lo = static_cast<uint8_t>(lo[0]), first_hi = static_cast<uint8_t>(hi[0]);
+  if (lo.find_first_not_of('0') == std::string::npos && hi.find_first_not_of('9') == std::string::npos) {
+    const int n = static_cast<int>(lo.size());  // every string of n digits; keeps the recursion linear
+    return b_.repeat(b_.byte_range('0', '9'), n, n);
+  }
   if (lo.size() == 1) return b_.byte_range(first_lo, first_hi);
   const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
   if (first_lo == first_hi) return b_.seq({b_.byte(first_lo), digits_in_range(rest_lo, rest_hi)});
