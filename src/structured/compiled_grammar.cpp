@@ -1,12 +1,11 @@
 #include "structured/compiled_grammar.h"
 
-#include "structured/parse_stacks.h"
 #include "structured/token_walker.h"
 
 namespace pagellm::structured {
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), automaton_(grammar_) {}
 
 std::shared_ptr<const SuffixMasks> CompiledGrammar::suffix_masks(const std::vector<int32_t>& key) const {
   {
@@ -22,14 +21,11 @@ std::shared_ptr<const SuffixMasks> CompiledGrammar::suffix_masks(const std::vect
 }
 
 SuffixMasks CompiledGrammar::compute_suffix_masks(const std::vector<int32_t>& key) const {
-  ParseStacks stacks(grammar_);
-  int32_t frame = key.back();  // kRootParent or kBottomParent
-  for (size_t i = key.size() - 1; i-- > 0;) frame = stacks.push(key[i], frame);
-  Frontier start;
-  start.tops.push_back(frame);
+  std::lock_guard<std::mutex> lock(automaton_mutex_);  // one walk at a time: they share the automaton
+  const FrontierAutomaton::State start = automaton_.state_for_key(key);
   std::vector<uint32_t> accepted(vocab_->mask_words(), 0);
   SuffixMasks masks;
-  TokenWalker walker(*vocab_, stacks);
+  TokenWalker<FrontierAutomaton> walker(*vocab_, automaton_);
   walker.walk(start, nullptr, [&](size_t index, TokenFate fate) {
     if (fate == TokenFate::kAccepted) set_bit(accepted, vocab_->sorted_id(index));
     if (fate == TokenFate::kUncertain) masks.uncertain.push_back(static_cast<uint32_t>(index));

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "structured/frontier_automaton.h"
 #include "structured/grammar.h"
 #include "structured/token_set.h"
 #include "structured/token_vocabulary.h"
@@ -68,6 +69,8 @@ class CompiledGrammar {
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const SuffixMasks>, PositionsHash> suffixes_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const TokenSet>, PositionsHash> states_;
   mutable size_t cached_bytes_ = 0;
+  mutable std::mutex automaton_mutex_;
+  mutable FrontierAutomaton automaton_;  // the suffix walks' DFA, built as they go
 };
 
 }  // namespace pagellm::structured

@@ -134,7 +134,8 @@ void GrammarMatcher::compute_mask(const State& state, std::span<uint32_t> words)
   std::erase_if(uncertain_, [&](uint32_t index) { return test_bit(words, vocab.sorted_id(index)); });
   Frontier start;
   start.tops = state.tops;
-  TokenWalker walker(vocab, stacks_);
+  FrontierStepper stepper(stacks_);
+  TokenWalker<FrontierStepper> walker(vocab, stepper);
   walker.walk(start, &uncertain_, [&](size_t index, TokenFate fate) {
     if (fate == TokenFate::kAccepted) set_bit(words, vocab.sorted_id(index));
   });

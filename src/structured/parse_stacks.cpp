@@ -6,6 +6,13 @@ namespace pagellm::structured {
 
 using Kind = GrammarElement::Kind;
 
+int32_t ParseStacks::push_interned(int32_t position, int32_t parent) {
+  const uint64_t key = (uint64_t{static_cast<uint32_t>(position)} << 32) | static_cast<uint32_t>(parent);
+  auto [it, inserted] = interned_.emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back({position, parent});
+  return it->second;
+}
+
 void ParseStacks::start(Frontier& out) {
   begin_frontier(out);
   for (int32_t alt : grammar_->rules()[static_cast<size_t>(grammar_->root_rule())].alternative_starts) {

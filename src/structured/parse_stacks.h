@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -45,9 +46,13 @@ class ParseStacks {
 
   const Grammar& grammar() const { return *grammar_; }
   int32_t push(int32_t position, int32_t parent) {
+    if (interning_) return push_interned(position, parent);
     nodes_.push_back({position, parent});
     return static_cast<int32_t>(nodes_.size() - 1);
   }
+  // From now on equal frames get one index, so equal stacks are equal indices (the automaton's
+  // canonical frontiers). Such an arena only grows.
+  void enable_interning() { interning_ = true; }
   const StackNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   size_t size() const { return nodes_.size(); }
   void truncate(size_t size) { nodes_.resize(size); }
@@ -64,8 +69,12 @@ class ParseStacks {
   void advance(std::span<const int32_t> tops, uint8_t b, Frontier& out);
 
  private:
+  int32_t push_interned(int32_t position, int32_t parent);
+
   const Grammar* grammar_;
   std::vector<StackNode> nodes_;
+  bool interning_ = false;
+  std::unordered_map<uint64_t, int32_t> interned_;  // (position, parent) -> frame
   std::vector<std::pair<int32_t, int32_t>> visited_;  // (position, parent) expanded into this frontier
 };
 

@@ -6,6 +6,10 @@
 // Over a cut-off stack (a per-position cache, kBottomParent below) a token can also be
 // kUncertain: some path consumed the cut-off part and had bytes left, so only the full stack
 // can tell. Over a full stack (kRootParent below) every token is accepted or rejected.
+//
+// The walker is generic over how a parse state takes a byte (the Stepper): FrontierStepper
+// advances live frontiers in a matcher's arena; the FrontierAutomaton (frontier_automaton.h)
+// looks the step up in a table of interned frontiers, which the per-suffix caches use.
 #pragma once
 
 #include <algorithm>
@@ -21,16 +25,34 @@ namespace pagellm::structured {
 
 enum class TokenFate : uint8_t { kRejected, kAccepted, kUncertain };
 
+// Steps Frontier values through a ParseStacks arena; going back truncates the arena.
+class FrontierStepper {
+ public:
+  using State = Frontier;
+  explicit FrontierStepper(ParseStacks& stacks) : stacks_(&stacks) {}
+  void step(const State& from, uint8_t byte, State& to) { stacks_->advance(from.tops, byte, to); }
+  static bool can_step(const State& s) { return !s.tops.empty(); }
+  static bool alive(const State& s) { return s.alive(); }
+  static bool reached_bottom(const State& s) { return s.reached_bottom; }
+  size_t mark() const { return stacks_->size(); }
+  void truncate(size_t mark) { stacks_->truncate(mark); }
+
+ private:
+  ParseStacks* stacks_;
+};
+
+template <typename Stepper>
 class TokenWalker {
  public:
-  TokenWalker(const TokenVocabulary& vocab, ParseStacks& stacks) : vocab_(&vocab), stacks_(&stacks) {}
+  using State = typename Stepper::State;
+  TokenWalker(const TokenVocabulary& vocab, Stepper& stepper) : vocab_(&vocab), stepper_(&stepper) {}
 
   // Calls on_token(sorted_index, fate) for every sorted index in `candidates` (ascending), or for
   // the whole vocabulary when candidates is null. Leaves the stacks' arena as it found it.
   template <typename OnToken>
-  void walk(const Frontier& start, const std::vector<uint32_t>* candidates, OnToken&& on_token) {
-    const size_t arena_start = stacks_->size();
-    level(0).frontier = start;
+  void walk(const State& start, const std::vector<uint32_t>* candidates, OnToken&& on_token) {
+    const size_t arena_start = stepper_->mark();
+    level(0).state = start;
     level(0).bottom_seen = false;
     computed_ = 0;
     dead_ = kNone;
@@ -48,16 +70,16 @@ class TokenWalker {
         fate = dead_fate;  // extends a dead prefix
       } else {
         go_back_to(std::min(shared, computed_));
-        while (computed_ < bytes.size() && !level(computed_).frontier.tops.empty()) step(bytes[computed_]);
+        while (computed_ < bytes.size() && stepper_->can_step(level(computed_).state)) step(bytes[computed_]);
         const Level& here = level(computed_);
-        if (here.frontier.tops.empty()) {
+        if (!stepper_->can_step(here.state)) {
           dead_ = computed_;
           dead_fate = here.bottom_seen ? TokenFate::kUncertain : TokenFate::kRejected;
         }
         if (computed_ < bytes.size()) {
           fate = dead_fate;
         } else {
-          fate = here.frontier.alive() ? TokenFate::kAccepted
+          fate = stepper_->alive(here.state) ? TokenFate::kAccepted
                  : here.bottom_seen    ? TokenFate::kUncertain
                                        : TokenFate::kRejected;
         }
@@ -66,13 +88,13 @@ class TokenWalker {
       prev = bytes;
       prev_fate = fate;
     }
-    stacks_->truncate(arena_start);
+    stepper_->truncate(arena_start);
   }
 
  private:
   static constexpr size_t kNone = std::numeric_limits<size_t>::max();
   struct Level {
-    Frontier frontier;
+    State state{};
     bool bottom_seen = false;  // a cut-off stack ran out at this depth or above (after a byte)
     size_t arena_mark = 0;     // arena size before this level's frames
   };
@@ -89,7 +111,7 @@ class TokenWalker {
   }
 
   void go_back_to(size_t depth) {
-    if (depth < computed_) stacks_->truncate(level(depth + 1).arena_mark);
+    if (depth < computed_) stepper_->truncate(level(depth + 1).arena_mark);
     computed_ = depth;
     if (dead_ != kNone && dead_ > depth) dead_ = kNone;
   }
@@ -97,14 +119,14 @@ class TokenWalker {
   void step(char byte) {
     Level& next = level(computed_ + 1);
     const Level& here = levels_[computed_];
-    next.arena_mark = stacks_->size();
-    stacks_->advance(here.frontier.tops, static_cast<uint8_t>(byte), next.frontier);
-    next.bottom_seen = here.bottom_seen || next.frontier.reached_bottom;
+    next.arena_mark = stepper_->mark();
+    stepper_->step(here.state, static_cast<uint8_t>(byte), next.state);
+    next.bottom_seen = here.bottom_seen || stepper_->reached_bottom(next.state);
     ++computed_;
   }
 
   const TokenVocabulary* vocab_;
-  ParseStacks* stacks_;
+  Stepper* stepper_;
   std::vector<Level> levels_;
   size_t computed_ = 0;
   size_t dead_ = kNone;
