@@ -25,8 +25,15 @@ TokenSet TokenSet::from_bits(std::span<const uint32_t> words, int32_t num_ids) {
   if (count <= num_words || absent <= num_words) {
     set.form_ = count <= absent ? Form::kIds : Form::kAllBut;
     const bool want = set.form_ == Form::kIds;
-    for (int32_t id = 0; id < num_ids; ++id) {
-      if (test_bit(words, id) == want) set.ids_.push_back(id);
+    set.ids_.reserve(want ? count : absent);
+    for (size_t w = 0; w < num_words; ++w) {  // word by word: only the listed bits cost anything
+      uint32_t bits = want ? words[w] : ~words[w];
+      while (bits != 0) {
+        const auto id = static_cast<int32_t>(w * 32 + static_cast<size_t>(std::countr_zero(bits)));
+        if (id >= num_ids) break;
+        set.ids_.push_back(id);
+        bits &= bits - 1;
+      }
     }
   } else {
     set.form_ = Form::kBitmap;
