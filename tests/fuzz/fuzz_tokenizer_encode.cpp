@@ -1,4 +1,4 @@
-// libFuzzer harness for encoding and streaming decoding with one of the five real tokenizers.
+// libFuzzer harness for encoding and streaming decoding with one of the six real tokenizers.
 // Each input is cut (FuzzedDataProvider) into option flags, up to 3 stop strings, a few raw ids and
 // the text. The text, valid UTF-8 or not, is encoded; the ids (plus the raw ones, which may be
 // unknown, special or byte-fallback) are decoded, streamed through IncrementalDetokenizer and the
@@ -6,13 +6,14 @@
 // broken invariant (checked below, abort with a message):
 //   - encode of valid UTF-8 succeeds, with ids in [0, vocab_size); encode of invalid UTF-8 fails
 //     with one line "[tokenizer] ..." naming the byte offset of the first invalid byte;
-//   - decode(encode(s)) == s (NFC(s) for qwen3; U+2581 reads as a space for gemma3), as HF does;
+//   - decode(encode(s)) == s (NFC(s) for qwen3; U+2581 reads as a space for gemma3 and llama2,
+//     which also puts a space after each added token that text follows), as HF does;
 //   - decode output and every streamed delta are valid UTF-8, and the deltas + finish() == decode;
 //   - stop strings: the emitted text is a prefix of the streamed text, holds no stop string, and
 //     ends just before the stop string when one stopped the stream (else it is all the text).
 //
 // The family comes from the environment: PAGELLM_FUZZ_TOKENIZER=qwen3|llama3|gemma3|deepseek_v3|
-// gptoss (default qwen3), or a directory holding tokenizer.json. Run from the repository root
+// gptoss|llama2 (default qwen3), or a directory holding tokenizer.json. Run from the repository root
 // after scripts/setup.sh (assets/tokenizers/). The tokenizer is loaded once per process.
 //
 // Not built by default; scripts/fuzz.sh builds and runs it (and the other harnesses). By hand:
@@ -36,6 +37,7 @@
 #include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
+#include "../unit/tokenizer/round_trip.h"
 
 namespace {
 
@@ -73,24 +75,6 @@ const Loaded& loaded() {
 
 void check(bool ok, const char* what, const std::string& detail = {}) {
   if (!ok) fail(what, detail);
-}
-
-// What decode(encode(s)) gives in HF for the family (see test_tokenizer_roundtrip.cpp).
-std::string expected_round_trip(const std::string& family, const std::string& s) {
-  if (family == "qwen3") return pagellm::unicode_normalize(s, pagellm::UnicodeForm::kNfc);
-  if (family == "gemma3") {
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
-        out.push_back(' ');
-        i += 3;
-      } else {
-        out.push_back(s[i++]);
-      }
-    }
-    return out;
-  }
-  return s;
 }
 
 bool is_one_line_tokenizer_error(const std::string& message) {
@@ -147,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t id : ids) check(id >= 0 && id < tok.vocab_size(), "encode gave an id out of range");
     const std::string decoded = tok.decode(ids, false);
     if (!add_special_tokens) {
-      const std::string want = expected_round_trip(l.family, text);
+      const std::string want = pagellm::test::expected_round_trip(l.family, text);
       check(decoded == want, "decode(encode(s)) != s", "got:  " + decoded + "\nwant: " + want);
     }
   }
