@@ -258,7 +258,8 @@ class Backend {
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).
 std::vector<std::string> available_backends();
-// "cpu" or "cuda"; a clear error when the device is unknown or not built in.
+// "cpu", "cuda", or "auto" (cuda when built in and a GPU is there, else cpu); a clear error when the
+// device is unknown or not built in.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
 
 }  // namespace pagellm

@@ -19,6 +19,13 @@ std::vector<std::string> available_backends() {
 }
 
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device) {
+  if (device == "auto") {  // as vLLM: the GPU when there is one
+#ifdef PAGELLM_CUDA
+    auto cuda = make_cuda_backend();
+    if (cuda.has_value()) return cuda;
+#endif
+    return make_backend("cpu");
+  }
   if (device == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>());
 #ifdef PAGELLM_CUDA
   if (device == "cuda") return make_cuda_backend();

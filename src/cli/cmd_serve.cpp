@@ -4,12 +4,16 @@
 // stop the engine (in-flight requests end as "abort" and their streams finish), wait for
 // connections a bounded time, exit 0.
 #include <fcntl.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,7 +26,9 @@
 #include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/api_routes.h"
+#include "server/access_log.h"
 #include "server/http_server.h"
+#include "server/stats_logger.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
@@ -31,6 +37,8 @@ namespace pagellm::cli {
 namespace {
 
 struct ServeArgs {
+  std::string model_positional;  // `pagellm serve MODEL`, as `vllm serve MODEL`
+  bool disable_access_log = false, disable_log_stats = false;
   std::string model, revision, served_model_name, host = "127.0.0.1", api_key, chat_template;
   int port = 8000;
   size_t max_body_bytes = 16 * 1024 * 1024;
@@ -120,8 +128,36 @@ void install_stop_handlers() {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
+// Binds (host, port) once and lets it go: a port already in use is reported before the model loads,
+// which can take minutes. (A port taken during the load is still reported by listen() after it.)
+void check_port_free(const std::string& host, int port) {
+  if (port == 0) return;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return;
+  const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  int reuse = 1;
+  const bool bound = fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse)) == 0 &&
+                     ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (!bound && fd >= 0)
+    throw CommandError(fmt::format("[serve] cannot listen on {}:{}: {} (is another server running there?)", host,
+                                   port, std::strerror(error)));
+}
+
 void run_serve(ServeArgs& args) {
   install_stop_handlers();
+  if (!args.model_positional.empty()) {
+    if (!args.model.empty() && args.model != args.model_positional)
+      throw CommandError(fmt::format("[serve] two models given: '{}' and --model '{}'", args.model_positional, args.model));
+    args.model = args.model_positional;
+  }
+  check_port_free(args.host, args.port);
 
   const bool is_demo = args.model.empty();
   const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
@@ -157,14 +193,19 @@ void run_serve(ServeArgs& args) {
   options.max_inflight_body_bytes = args.max_inflight_body_bytes;
   options.limits.max_body_bytes = args.max_body_bytes;
   options.limits.head_timeout_ms = static_cast<int>(args.header_timeout_s * 1000.0);
-  server::HttpServer http(options, server::make_api_handler(context),
+  server::HttpService service = server::make_api_handler(context);
+  if (!args.disable_access_log) service.handle = server::with_access_log(std::move(service.handle));
+  server::HttpServer http(options, std::move(service),
                           [](int status, const std::string& message) { return server::error_response(status, message); });
   throw_if_error(http.listen());
   http.start();
   print_usage_hint(*context, args.host, http.port(), !args.api_key.empty());
+  std::optional<server::StatsLogger> stats;
+  if (!args.disable_log_stats) stats.emplace(*engine, std::chrono::seconds(10));
 
   const int signal_number = wait_for_stop_signal();
   std::fprintf(stderr, "pagellm serve: %s received, shutting down\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  stats.reset();
   http.stop();    // no new connections; kept-alive ones close after their current exchange
   engine->stop(); // in-flight requests end with finish_reason "abort": their handlers answer and return
   if (!http.wait_idle(std::chrono::seconds(5))) {
@@ -183,6 +224,7 @@ void run_serve(ServeArgs& args) {
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)");
   auto args = std::make_shared<ServeArgs>();
+  cmd->add_option("model", args->model_positional, "model folder or Hugging Face repo id (same as --model)");
   cmd->add_option("--model", args->model, "model folder or Hugging Face repo id in the local cache (default: demo model)");
   cmd->add_option("--revision", args->revision, "snapshot of a Hugging Face repo id");
   cmd->add_option("--served-model-name", args->served_model_name,
@@ -211,6 +253,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-parser", args->reasoning_parser,
                   "put the model's thinking in reasoning_content")
       ->check(CLI::IsMember(server::reasoning_parser_names()));
+  cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", args->disable_access_log,
+                "no log line per answered request");
+  cmd->add_flag("--disable-log-stats", args->disable_log_stats,
+                "no periodic stats line (throughput, running/waiting requests, KV cache usage)");
   add_engine_options(*cmd, args->engine);
   cmd->callback([args] {
     if (args->enable_auto_tool_choice && args->tool_call_parser.empty())

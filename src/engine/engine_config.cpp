@@ -1,15 +1,43 @@
 #include "engine/engine_config.h"
 
+#include <cstdlib>
+
 namespace pagellm {
 
+// vLLM's human-readable lengths: k / m multiply by 1000 / 10^6, K / M by 1024 / 2^20.
+std::string expand_token_count(const std::string& text) {
+  if (text.empty()) return text;
+  const char suffix = text.back();
+  int64_t multiplier = 0;
+  if (suffix == 'k') multiplier = 1000;
+  if (suffix == 'K') multiplier = 1024;
+  if (suffix == 'm') multiplier = 1000000;
+  if (suffix == 'M') multiplier = 1 << 20;
+  if (multiplier == 0) return text;
+  const std::string number = text.substr(0, text.size() - 1);
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !(value > 0))
+    throw CLI::ValidationError("--max-model-len", "'" + text + "' is not a length such as 4096, 32k or 1M");
+  return std::to_string(static_cast<int64_t>(value * static_cast<double>(multiplier)));
+}
+
 void add_engine_options(CLI::App& command, EngineConfig& config) {
-  command.add_option("--device", config.device, "cpu or cuda")->capture_default_str();
+  command.add_option("--device", config.device, "auto (cuda when a GPU is there), cpu or cuda")->capture_default_str();
+  command.add_option("--dtype", config.dtype, "activation dtype: auto (config.json's), bfloat16, float16, float32")
+      ->capture_default_str();
+  command.add_option("--tokenizer", config.tokenizer_dir, "tokenizer folder (default: the model's)");
+  // Commands with a --seed of their own (generate: the sampling seed; benchmarks: the dataset's) keep it.
+  if (command.get_option_no_throw("--seed") == nullptr)
+    command.add_option("--seed", config.seed, "seed of the seeds drawn for requests that bring none (reproducible runs)");
   command.add_option("--max-num-seqs", config.max_num_seqs, "requests running at once at most")->capture_default_str();
   command.add_option("--max-num-batched-tokens", config.max_num_batched_tokens, "tokens per engine step at most")
       ->capture_default_str();
   command.add_option("--block-size", config.block_size, "tokens per KV cache block")->capture_default_str();
-  command.add_option("--max-model-len", config.max_model_len, "prompt + output tokens at most (0 = model's limit)")
-      ->capture_default_str();
+  command.add_option("--max-model-len", config.max_model_len,
+                     "prompt + output tokens at most (0 = model's limit); 32k = 32000, 32K = 32768, 1m, 1M")
+      ->capture_default_str()
+      ->transform([](std::string text) { return expand_token_count(text); });
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -10,7 +11,10 @@ namespace pagellm {
 
 struct EngineConfig {
   std::string model_dir;
-  std::string device = "cpu";
+  std::string tokenizer_dir;  // "": the model's folder
+  std::string device = "auto";  // "auto": cuda when built with it and a GPU is there, else cpu
+  std::string dtype = "auto";   // activation dtype: "auto" (config.json's), bfloat16, float16, float32
+  std::optional<uint64_t> seed;  // the stream of seeds drawn for requests that bring none
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int block_size = 16;
@@ -26,8 +30,11 @@ struct EngineConfig {
   int async_scheduling = -1;
 };
 
-// Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len,
-// --no-enable-prefix-caching, --device, --[no-]async-scheduling to a command.
+// Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len
+// (vLLM's 32k / 1m / 1M forms too), --no-enable-prefix-caching, --device, --dtype, --tokenizer, --seed
+// (unless the command already has one), --[no-]async-scheduling to a command.
 void add_engine_options(CLI::App& command, EngineConfig& config);
+// "32k" -> "32000", "32K" -> "32768", "1m" -> "1000000", "1M" -> "1048576"; other text unchanged.
+std::string expand_token_count(const std::string& text);
 
 }  // namespace pagellm

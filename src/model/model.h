@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@ class Model {
 
 // Loads a model folder (config.json + safetensors) onto `backend`. Unknown architectures are an
 // error that lists the supported ones.
-Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend);
+// `dtype` overrides config.json's activation dtype (--dtype).
+Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend,
+                                            std::optional<DType> dtype = std::nullopt);
 std::vector<std::string> supported_architectures();
 
 }  // namespace pagellm
