@@ -46,21 +46,16 @@ GrammarBuilder::Expr GrammarBuilder::literal(std::string_view text) {
   return seq(std::move(items));
 }
 
-GrammarBuilder::Expr GrammarBuilder::seq(std::vector<Expr> items) {
+GrammarBuilder::Expr GrammarBuilder::group(NodeKind kind, std::vector<Expr> items) {
   if (items.size() == 1) return items[0];
   Node n;
-  n.kind = NodeKind::kSeq;
+  n.kind = kind;
   n.children = std::move(items);
   return add(std::move(n));
 }
 
-GrammarBuilder::Expr GrammarBuilder::alt(std::vector<Expr> items) {
-  if (items.size() == 1) return items[0];
-  Node n;
-  n.kind = NodeKind::kAlt;
-  n.children = std::move(items);
-  return add(std::move(n));
-}
+GrammarBuilder::Expr GrammarBuilder::seq(std::vector<Expr> items) { return group(NodeKind::kSeq, std::move(items)); }
+GrammarBuilder::Expr GrammarBuilder::alt(std::vector<Expr> items) { return group(NodeKind::kAlt, std::move(items)); }
 
 GrammarBuilder::Expr GrammarBuilder::ref(int32_t rule) {
   Node n;

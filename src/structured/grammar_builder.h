@@ -59,6 +59,7 @@ class GrammarBuilder {
   using Sequence = std::vector<GrammarElement>;
 
   Expr add(Node node);
+  Expr group(NodeKind kind, std::vector<Expr> items);  // a sequence or an alternation
   int32_t intern_byte_set(const ByteSet& set);
   // Lowering: an expression as alternatives of element sequences, adding helper rules.
   Status lower_alternatives(Expr e, const std::string& owner, std::vector<Sequence>& out);

@@ -77,6 +77,19 @@ void TokenVocabulary::finish() {
     while (n < prev.size() && n < cur.size() && prev[n] == cur[n]) ++n;
     lcp_[i] = n;
   }
+  // subtree_end(i, d) = i + 1 when the next token leaves the prefix, else the next token's own.
+  subtree_offset_.assign(sorted_ids_.size() + 1, 0);
+  for (size_t i = 0; i < sorted_ids_.size(); ++i) {
+    subtree_offset_[i + 1] = subtree_offset_[i] + static_cast<uint32_t>(sorted_bytes(i).size());
+  }
+  subtree_end_.assign(subtree_offset_.back(), 0);
+  for (size_t i = sorted_ids_.size(); i-- > 0;) {
+    for (size_t d = 1; d <= sorted_bytes(i).size(); ++d) {
+      const bool next_shares = i + 1 < sorted_ids_.size() && lcp_[i + 1] >= d;
+      subtree_end_[subtree_offset_[i] + d - 1] =
+          next_shares ? subtree_end_[subtree_offset_[i + 1] + d - 1] : static_cast<uint32_t>(i + 1);
+    }
+  }
 }
 
 }  // namespace pagellm::structured

@@ -48,6 +48,9 @@ class TokenVocabulary {
   int32_t sorted_id(size_t i) const { return sorted_ids_[i]; }
   std::string_view sorted_bytes(size_t i) const { return bytes_[static_cast<size_t>(sorted_ids_[i])]; }
   uint32_t lcp(size_t i) const { return lcp_[i]; }
+  // The first sorted index after i whose bytes do not start with i's first `depth` bytes
+  // (1 <= depth <= length of i): where a walk resumes once that prefix is dead.
+  size_t subtree_end(size_t i, size_t depth) const { return subtree_end_[subtree_offset_[i] + depth - 1]; }
 
  private:
   void finish();
@@ -56,6 +59,8 @@ class TokenVocabulary {
   std::vector<int32_t> stop_ids_;
   std::vector<int32_t> sorted_ids_;
   std::vector<uint32_t> lcp_;
+  std::vector<uint32_t> subtree_offset_;  // by sorted index: where its depths start in subtree_end_
+  std::vector<uint32_t> subtree_end_;
 };
 
 }  // namespace pagellm::structured

@@ -47,7 +47,8 @@ class TokenWalker {
   using State = typename Stepper::State;
   TokenWalker(const TokenVocabulary& vocab, Stepper& stepper) : vocab_(&vocab), stepper_(&stepper) {}
 
-  // Calls on_token(sorted_index, fate) for every sorted index in `candidates` (ascending), or for
+  // Calls on_token(sorted_index, fate) for the accepted and uncertain ones among the sorted
+  // indices in `candidates` (ascending), or for
   // the whole vocabulary when candidates is null. Leaves the stacks' arena as it found it.
   template <typename OnToken>
   void walk(const State& start, const std::vector<uint32_t>* candidates, OnToken&& on_token) {
@@ -84,9 +85,17 @@ class TokenWalker {
                                        : TokenFate::kRejected;
         }
       }
-      on_token(index, fate);
+      if (fate != TokenFate::kRejected) on_token(index, fate);
       prev = bytes;
       prev_fate = fate;
+      if (!candidates && fate == TokenFate::kRejected && dead_ != kNone && dead_ >= 1 && dead_ <= bytes.size()) {
+        // Every following token with this dead prefix is rejected too: jump past them.
+        const size_t end = vocab_->subtree_end(index, dead_);
+        if (end > n + 1) {
+          n = end - 1;
+          prev = vocab_->sorted_bytes(n);
+        }
+      }
     }
     stepper_->truncate(arena_start);
   }
