@@ -7,6 +7,9 @@
 #include <sstream>
 #include <string>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +104,46 @@ TEST(CliGenerate, BadInputIsAOneLineError) {
     EXPECT_NE(error_line.find(c.expect), std::string::npos) << c.args << " -> " << error_line;
     EXPECT_EQ(std::count(error_line.begin(), error_line.end(), '\n'), 1) << error_line;
   }
+}
+
+// vLLM's engine flags on generate (and serve): --device auto, --dtype, --max-model-len with a suffix.
+TEST(CliEngineFlags, AutoDeviceDtypeAndSuffixedLengths) {
+  std::ifstream in(kFixture / "expected.json");
+  const auto c = nlohmann::json::parse(in)["cases"][1];
+  const auto want = c["greedy_token_ids"].get<std::vector<int>>();
+  const CommandResult r = run("generate --model " + kFixture.string() + " --device auto --dtype float32 --max-model-len 1k" +
+                              " --prompt-ids " + join(c["prompt_ids"].get<std::vector<int>>()) + " --max-tokens " +
+                              std::to_string(want.size()) + " --output json");
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(nlohmann::json::parse(r.stdout_text)["outputs"][0]["token_ids"].get<std::vector<int>>(), want);
+  const CommandResult bad = run("generate --model " + kFixture.string() + " --max-model-len 12q --prompt-ids 1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.stderr_text.find("max-model-len"), std::string::npos) << bad.stderr_text;
+  const CommandResult bad_dtype = run("generate --model " + kFixture.string() + " --dtype int8 --prompt-ids 1");
+  EXPECT_EQ(bad_dtype.exit_code, 1);
+  EXPECT_NE(bad_dtype.stderr_text.find("--dtype 'int8'"), std::string::npos) << bad_dtype.stderr_text;
+}
+
+// `pagellm serve MODEL` with a port another process holds fails at once, before loading the model.
+TEST(CliServe, PortInUseIsReportedBeforeTheModelLoads) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  const CommandResult r = run("serve " + kFixture.string() + " --port " + std::to_string(port));
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.stderr_text.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("KV cache"), std::string::npos) << "the model was loaded first: " << r.stderr_text;
+  const CommandResult two = run("serve " + kFixture.string() + " --model /elsewhere --port 0");
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_NE(two.stderr_text.find("two models given"), std::string::npos) << two.stderr_text;
 }
 
 }  // namespace

@@ -322,6 +322,8 @@ TEST_F(ServeApiTest, MetricsAlsoAsVllmExportsThem) {
   EXPECT_GE(metric_value(text, "vllm:e2e_request_latency_seconds_bucket" + labels + ",le=\"7680\"}").value_or(0), 1);
   EXPECT_GE(metric_value(text, "vllm:time_to_first_token_seconds_bucket" + labels + ",le=\"2560\"}").value_or(0), 1);
   EXPECT_NE(text.find("# TYPE vllm:request_queue_time_seconds histogram"), std::string::npos);
+  // And an access log line per answered request, as vLLM's HTTP server writes.
+  EXPECT_NE(server_->log().find("POST /v1/completions 200 OK"), std::string::npos);
   EXPECT_NE(text.find("pagellm:e2e_request_latency_seconds_bucket{model_name=\"" + std::string(kModelName) +
                       "\",le=\"1800\"}"),
             std::string::npos);
