@@ -3,6 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "structured/codepoint_set.h"
+#include "tokenizer/utf8.h"
+
 namespace pagellm::structured {
 
 using Expr = JsonPrimitives::Expr;
@@ -116,6 +119,31 @@ Expr JsonPrimitives::make_any_array() {
   return b_.seq({b_.byte('['),
                  b_.optional(b_.seq({any_value(), b_.star(b_.seq({b_.byte(','), any_value()}))})),
                  b_.byte(']')});
+}
+
+Expr JsonPrimitives::string_not_in(const std::vector<std::string>& names) {
+  NameTrie root;
+  for (const std::string& name : names) {
+    NameTrie* node = &root;
+    for (size_t pos = 0; pos < name.size();) node = &node->children[utf8::decode_at(name, pos)];
+    node->terminal = true;
+  }
+  return b_.seq({b_.byte('"'), not_in(root), b_.byte('"')});
+}
+
+// Strings that, from this trie node on, do not finish at a name: stop where no name stops,
+// follow a name's next character, or leave every name with another character and go free.
+Expr JsonPrimitives::not_in(const NameTrie& node) {
+  std::vector<Expr> alternatives;
+  if (!node.terminal) alternatives.push_back(b_.empty());
+  CodepointSet next_chars;
+  for (const auto& [c, child] : node.children) {
+    next_chars.add(c);
+    alternatives.push_back(b_.seq({codepoint_expr(b_, c, true), not_in(child)}));
+  }
+  const Expr any_char = codepoints_expr(b_, CodepointSet().complement(), true);
+  alternatives.push_back(b_.seq({codepoints_expr(b_, next_chars.complement(), true), b_.star(any_char)}));
+  return b_.alt(std::move(alternatives));
 }
 
 // Fixed-length digit strings between lo and hi (same length, lo <= hi).

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "structured/grammar_builder.h"
 
@@ -28,6 +31,11 @@ class JsonPrimitives {
   Expr integer();
   // Integers in [min, max] (either side may be open).
   Expr integer_in_range(std::optional<int64_t> min, std::optional<int64_t> max);
+  // A string (with quotes) whose value is none of `names`: the keys of additional properties,
+  // so that they never repeat a declared property. Written in the one canonical escaping
+  // (only quote, backslash and controls escaped, as JSON serializers write them), so that
+  // equal values are equal bytes.
+  Expr string_not_in(const std::vector<std::string>& names);
   Expr boolean();
   Expr null();
   Expr any_value();
@@ -43,6 +51,11 @@ class JsonPrimitives {
   Expr make_any_value();
   Expr make_any_object();
   Expr make_any_array();
+  struct NameTrie {
+    bool terminal = false;
+    std::map<char32_t, NameTrie> children;
+  };
+  Expr not_in(const NameTrie& node);
   Expr digits_in_range(const std::string& lo, const std::string& hi);  // same length
   Expr non_negative_in_range(int64_t lo, std::optional<int64_t> hi);
 

@@ -239,7 +239,11 @@ Expected<Expr> SchemaCompiler::object(const json& s, const std::string& path) {
   const std::string prefix = "obj" + std::to_string(b_.num_rules());
   Expr first = b_.empty(), rest = b_.empty();
   if (extra_value) {
-    auto member = [&] { return b_.seq({prims_.string(), b_.byte(':'), *extra_value}); };
+    std::vector<std::string> names;
+    for (const auto& p : props) names.push_back(p.name);
+    const int32_t key = b_.add_rule("key" + std::to_string(b_.num_rules()),
+                                    names.empty() ? prims_.string() : prims_.string_not_in(names));
+    auto member = [&] { return b_.seq({b_.ref(key), b_.byte(':'), *extra_value}); };
     rest = b_.star(b_.seq({b_.byte(','), member()}));
     first = b_.optional(b_.seq({member(), b_.star(b_.seq({b_.byte(','), member()}))}));
   }

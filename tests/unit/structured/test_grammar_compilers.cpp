@@ -90,7 +90,9 @@ TEST(JsonSchemaCompiler, AdditionalPropertiesEnumConstAndNullable) {
   expect_language(grammar_from_json_schema(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
                   {"{}", R"({"a":1,"b":2})"}, {R"({"a":"x"})"});
   expect_language(grammar_from_json_schema(R"({"properties":{"a":{"const":1}},"additionalProperties":true})"),
-                  {"{}", R"({"a":1})", R"({"a":1,"z":[null]})"}, {R"({"a":1,"z":})", R"({"z":1,)"});
+                  {"{}", R"({"a":1})", R"({"a":1,"z":[null]})"}, {R"({"a":1,"z":})", R"({"z":1,)", R"({"a":1,"a":2})", R"({"a":2})"});
+  expect_language(grammar_from_json_schema(R"({"properties":{"é\"":{"type":"null"}},"additionalProperties":true})"),
+                  {R"({"é\"":null,"é":1})", R"({"é\"x":1})", R"({"":1})"}, {R"({"é\"":1})", R"({"é\"":null,"é\"":1})"});
   expect_language(grammar_from_json_schema(R"({"enum":["red",1,null,{"k":[true]}]})"),
                   {R"("red")", "1", "null", R"({"k":[true]})"}, {R"("blue")", "true"});
   expect_language(grammar_from_json_schema(R"({"type":"string","nullable":true,"maxLength":2})"),
