@@ -73,6 +73,9 @@ void apply_penalties_on_host(TensorView out, const TensorView& logits, const Ten
                              const TensorView& history);
 void logprobs_on_host(TensorView out_ids, TensorView out_logprobs, const TensorView& logits, const TensorView& ids,
                       const TensorView& rows);
+// The CPU twins of Backend::apply_token_bitmask and Backend::add_logit_bias on host views.
+void apply_token_bitmask_on_host(TensorView logits, const TensorView& bitmask, const TensorView& rows);
+void add_logit_bias_on_host(TensorView logits, const TensorView& entries);
 
 class Backend {
  public:
@@ -254,6 +257,16 @@ class Backend {
                         const TensorView& rows) {
     logprobs_on_host(out_ids, out_logprobs, logits, ids, rows);
   }
+  // Structured outputs: for i < N, logits row rows[i] keeps the tokens whose bit is set in bitmask
+  // row i and becomes -inf elsewhere (bit v % 32 of word v / 32; a grammar matcher's mask).
+  // logits [R, V] (float dtype, in place), bitmask [N, ceil(V / 32)] i32, rows [N] i32; on the op's
+  // device. A row whose mask allows nothing is left -inf everywhere (the caller never sends one).
+  virtual void apply_token_bitmask(TensorView logits, const TensorView& bitmask, const TensorView& rows) {
+    apply_token_bitmask_on_host(logits, bitmask, rows);
+  }
+  // logit_bias: for k < K, logits[row_k][token_k] += bias_k, rounded to the logits' dtype, in order
+  // (a repeated (row, token) adds twice). entries [K, 3] i32: row, token, bias as f32 bits.
+  virtual void add_logit_bias(TensorView logits, const TensorView& entries) { add_logit_bias_on_host(logits, entries); }
 };
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -225,6 +227,48 @@ void logprobs_on_host(TensorView out_ids, TensorView out_logprobs, const TensorV
       row_ids[1 + j] = order[static_cast<size_t>(j)];
       row_logprobs[1 + j] = lp[static_cast<size_t>(order[static_cast<size_t>(j)])];
     }
+  }
+}
+
+void apply_token_bitmask_on_host(TensorView logits, const TensorView& bitmask, const TensorView& rows) {
+  CHECK_MSG(logits.device == Device::kCpu && bitmask.device == Device::kCpu && rows.device == Device::kCpu,
+            "[backend] apply_token_bitmask: the host twin needs host views");
+  CHECK_MSG(logits.ndim() == 2 && logits.strides[1] == 1, "[backend] apply_token_bitmask: logits must be [rows, vocab]");
+  const int64_t vocab = logits.size(1), words = (vocab + 31) / 32, n = rows.numel();
+  CHECK_MSG(rows.dtype == DType::kI32 && bitmask.dtype == DType::kI32 && bitmask.is_contiguous() &&
+                bitmask.numel() == n * words,
+            "[backend] apply_token_bitmask: bitmask must be [{}, {}] i32 for {} i32 rows", n, words, n);
+  const size_t element_bytes = dtype_size_bytes(logits.dtype);
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t r = rows.ptr<const int32_t>()[i];
+    CHECK_MSG(r >= 0 && r < logits.size(0), "[backend] apply_token_bitmask: row {} outside [0, {})", r, logits.size(0));
+    char* row = static_cast<char*>(logits.data) + static_cast<size_t>(r * logits.strides[0]) * element_bytes;
+    const auto* mask = reinterpret_cast<const uint32_t*>(bitmask.ptr<const int32_t>() + i * words);
+    for (int64_t v = 0; v < vocab; ++v)
+      if (((mask[v / 32] >> (v % 32)) & 1u) == 0) convert_from_f32(&minus_inf, row + v * element_bytes, logits.dtype, 1);
+  }
+}
+
+void add_logit_bias_on_host(TensorView logits, const TensorView& entries) {
+  CHECK_MSG(logits.device == Device::kCpu && entries.device == Device::kCpu,
+            "[backend] add_logit_bias: the host twin needs host views");
+  CHECK_MSG(logits.ndim() == 2 && logits.strides[1] == 1, "[backend] add_logit_bias: logits must be [rows, vocab]");
+  CHECK_MSG(entries.dtype == DType::kI32 && entries.is_contiguous() && entries.numel() % 3 == 0,
+            "[backend] add_logit_bias: entries must be [K, 3] i32");
+  const size_t element_bytes = dtype_size_bytes(logits.dtype);
+  const int32_t* e = entries.ptr<const int32_t>();
+  for (int64_t k = 0; k < entries.numel() / 3; ++k) {
+    const int32_t r = e[3 * k], token = e[3 * k + 1];
+    CHECK_MSG(r >= 0 && r < logits.size(0) && token >= 0 && token < logits.size(1),
+              "[backend] add_logit_bias: ({}, {}) outside [{}, {}]", r, token, logits.size(0), logits.size(1));
+    float bias;
+    std::memcpy(&bias, &e[3 * k + 2], sizeof(bias));
+    char* at = static_cast<char*>(logits.data) + static_cast<size_t>(r * logits.strides[0] + token) * element_bytes;
+    float value;
+    convert_to_f32(at, logits.dtype, &value, 1);
+    value += bias;
+    convert_from_f32(&value, at, logits.dtype, 1);
   }
 }
 

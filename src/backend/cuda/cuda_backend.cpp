@@ -130,6 +130,8 @@ class CudaBackend final : public Backend {
   void add_bias(TensorView x, const TensorView& bias) override;
   void scale(TensorView out, const TensorView& x, float s) override;
   void softcap(TensorView x, float cap) override;
+  void apply_token_bitmask(TensorView logits, const TensorView& bitmask, const TensorView& rows) override;
+  void add_logit_bias(TensorView logits, const TensorView& entries) override;
   void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
   void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
                 const TensorView& slot_mapping) override;
@@ -583,6 +585,27 @@ void CudaBackend::apply_penalties(TensorView out, const TensorView& logits, cons
                                           history.numel() > 0 ? history.ptr<const int32_t>() : nullptr,
                                           history.numel(), static_cast<uint32_t*>(penalty_words_.view().data),
                                           stream()));
+}
+
+void CudaBackend::apply_token_bitmask(TensorView logits, const TensorView& bitmask, const TensorView& rows) {
+  const cuda::Rows in = rows_of(logits, "apply_token_bitmask", "logits");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] apply_token_bitmask: logits dtype {}", dtype_name(logits.dtype));
+  const int64_t n = rows.numel(), words = (in.row_size + 31) / 32;
+  CHECK_MSG(rows.device == Device::kCuda && rows.dtype == DType::kI32 && rows.is_contiguous() &&
+                bitmask.device == Device::kCuda && bitmask.dtype == DType::kI32 && bitmask.is_contiguous() &&
+                bitmask.numel() == n * words,
+            "[cuda] apply_token_bitmask: bitmask must be [{}, {}] i32 and rows [{}] i32 on the GPU", n, words, n);
+  CUDA_CHECK(cuda::launch_apply_token_bitmask(logits.dtype, in, static_cast<const uint32_t*>(bitmask.data),
+                                              rows.ptr<const int32_t>(), n, stream()));
+}
+
+void CudaBackend::add_logit_bias(TensorView logits, const TensorView& entries) {
+  const cuda::Rows in = rows_of(logits, "add_logit_bias", "logits");
+  CHECK_MSG(is_float(logits.dtype), "[cuda] add_logit_bias: logits dtype {}", dtype_name(logits.dtype));
+  CHECK_MSG(entries.device == Device::kCuda && entries.dtype == DType::kI32 && entries.is_contiguous() &&
+                entries.numel() % 3 == 0,
+            "[cuda] add_logit_bias: entries must be [K, 3] i32 on the GPU");
+  CUDA_CHECK(cuda::launch_add_logit_bias(logits.dtype, in, entries.ptr<const int32_t>(), entries.numel() / 3, stream()));
 }
 
 void CudaBackend::logprobs(TensorView out_ids, TensorView out_logprobs, const TensorView& logits,

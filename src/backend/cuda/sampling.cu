@@ -456,7 +456,51 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(int32_t* out_ids, fl
   }
 }
 
+// ----- logit constraints: grammar bitmasks and logit_bias -----------------------------------------
+
+template <typename T>
+__global__ void apply_token_bitmask_kernel(Rows logits, const uint32_t* __restrict__ bitmask,
+                                           const int32_t* __restrict__ rows) {
+  const int64_t i = blockIdx.x;
+  const int64_t vocab = logits.row_size, words = (vocab + 31) / 32;
+  const int32_t r = rows[i];
+  if (r < 0 || r >= logits.num_rows) __trap();  // CPU twin: CHECK
+  T* row = row_ptr<T>(logits, r);
+  const uint32_t* mask = bitmask + i * words;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x)
+    if (((mask[v / 32] >> (v % 32)) & 1u) == 0) row[v] = from_f32<T>(-INFINITY);
+}
+
+template <typename T>
+__global__ void add_logit_bias_kernel(Rows logits, const int32_t* __restrict__ entries, int64_t num_entries) {
+  for (int64_t k = 0; k < num_entries; ++k) {  // in order: repeats add up as on the host
+    const int32_t r = entries[3 * k], token = entries[3 * k + 1];
+    if (r < 0 || r >= logits.num_rows || token < 0 || token >= logits.row_size) __trap();
+    T* at = row_ptr<T>(logits, r) + token;
+    *at = from_f32<T>(__fadd_rn(to_f32(*at), __int_as_float(entries[3 * k + 2])));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_apply_token_bitmask(DType dtype, Rows logits, const uint32_t* bitmask, const int32_t* rows,
+                                       int64_t num_rows, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    apply_token_bitmask_kernel<decltype(t)><<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(logits, bitmask,
+                                                                                                        rows);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_add_logit_bias(DType dtype, Rows logits, const int32_t* entries, int64_t num_entries,
+                                  cudaStream_t stream) {
+  if (num_entries == 0) return cudaSuccess;
+  return dispatch_float(dtype, [&](auto t) {
+    add_logit_bias_kernel<decltype(t)><<<1, 1, 0, stream>>>(logits, entries, num_entries);
+    return cudaGetLastError();
+  });
+}
 
 cudaError_t launch_sample(DType dtype, int32_t* ids, Rows logits, const sampling::RowParams* params,
                           cudaStream_t stream) {

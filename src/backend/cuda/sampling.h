@@ -32,4 +32,12 @@ cudaError_t launch_logprobs(DType dtype, int32_t* out_ids, float* out_logprobs, 
                             const int32_t* ids, const sampling::LogprobRow* rows, int64_t num_rows,
                             cudaStream_t stream);
 
+// Backend::apply_token_bitmask: one block per masked row; bitmask [num_rows, ceil(V / 32)] i32 words.
+cudaError_t launch_apply_token_bitmask(DType dtype, Rows logits, const uint32_t* bitmask, const int32_t* rows,
+                                       int64_t num_rows, cudaStream_t stream);
+// Backend::add_logit_bias: entries [num_entries, 3] i32 (row, token, f32 bits); one thread, in order
+// (a repeated (row, token) adds twice, as the host twin does).
+cudaError_t launch_add_logit_bias(DType dtype, Rows logits, const int32_t* entries, int64_t num_entries,
+                                  cudaStream_t stream);
+
 }  // namespace pagellm::cuda
