@@ -108,6 +108,18 @@ TEST(Normalizer, ReplaceAndPrependAsInSentencePieceConversions) {
   auto tok = make(j);
   EXPECT_EQ(enc(*tok, "a b"), (std::vector<int32_t>{9, 8, 2}));  // ▁a ▁ b
   EXPECT_EQ(tok->decode({9, 8, 2}, false), "a b");
+  // Strip after Fuse removes the output's first space only: a window that starts mid-output (the
+  // incremental detokenizer's) keeps it.
+  const std::vector<int32_t> ab = {9, 8, 2};
+  EXPECT_EQ(tok->decode_window(ab.data(), ab.size(), true), "a b");
+  EXPECT_EQ(tok->decode_window(ab.data(), ab.size(), false), " a b");
+  // Before a Fuse, Strip works on each token, wherever the window starts (as HF's decode_chain).
+  j["decoder"]["decoders"] = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                                          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}},
+                                          {{"type", "Fuse"}}});
+  auto per_token = make(j);
+  EXPECT_EQ(per_token->decode_window(ab.data(), ab.size(), false), "ab");
+  EXPECT_EQ(per_token->decode(ab, false), "ab");
 }
 
 TEST(PreTokenizer, MetaspaceSplitsAndDecoderDropsTheFirstSpace) {
