@@ -42,8 +42,10 @@ std::shared_ptr<const TokenSet> CompiledGrammar::find_state_mask(const std::vect
 
 void CompiledGrammar::store_state_mask(const std::vector<int32_t>& key, TokenSet mask) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (states_.size() >= kMaxStateMasks) return;
-  cached_bytes_ += mask.bytes() + key.size() * 4;
+  const size_t bytes = mask.bytes() + key.size() * 4;
+  if (state_mask_bytes_ + bytes > kMaxStateMaskBytes) return;
+  state_mask_bytes_ += bytes;
+  cached_bytes_ += bytes;
   states_.emplace(key, std::make_shared<const TokenSet>(std::move(mask)));
 }
 

@@ -42,7 +42,9 @@ struct PositionsHash {
 class CompiledGrammar {
  public:
   static constexpr int kSuffixDepth = 4;
-  static constexpr size_t kMaxStateMasks = 8192;  // per grammar; past it, masks are computed each time
+  // Past this many bytes of whole-state masks (per grammar), new states' masks are computed each
+  // time instead of kept: recursive grammars (json_object) have unboundedly many states.
+  static constexpr size_t kMaxStateMaskBytes = size_t{32} << 20;
 
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
 
@@ -68,7 +70,8 @@ class CompiledGrammar {
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const SuffixMasks>, PositionsHash> suffixes_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const TokenSet>, PositionsHash> states_;
-  mutable size_t cached_bytes_ = 0;
+  mutable size_t cached_bytes_ = 0;        // both caches
+  mutable size_t state_mask_bytes_ = 0;
   mutable std::mutex automaton_mutex_;
   mutable FrontierAutomaton automaton_;  // the suffix walks' DFA, built as they go
 };
