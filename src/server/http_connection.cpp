@@ -23,7 +23,6 @@ int ms_left(Clock::time_point deadline) {
 }
 
 constexpr int kStopCheckMs = 200;  // how often a waiting connection looks at the stop flag and the load
-constexpr size_t kTrimAfterBodyBytes = 1 << 20;
 constexpr int kLingerMs = 2000;      // draining a refused request's input before closing
 constexpr int kLingerBusyMs = 200;   // the same while slots run low
 
@@ -91,11 +90,11 @@ bool HttpConnection::read_head(bool& timed_out) {
 // Moves num_bytes of body into `body`: what buffer_ already holds, then straight from the socket
 // (never more, so a pipelined request stays unread). The capacity is reserved once; pages are only
 // touched as bytes arrive.
-bool HttpConnection::read_body(size_t num_bytes, std::string& body, bool& timed_out) {
+bool HttpConnection::read_body(size_t num_bytes, HttpBody& body, bool& timed_out) {
   timed_out = false;
   body.reserve(num_bytes);
   const size_t buffered = std::min(num_bytes, buffer_.size());
-  body.assign(buffer_, 0, buffered);
+  body.assign(buffer_.data(), buffered);
   buffer_.erase(0, buffered);
   const Clock::time_point started = Clock::now();
   char chunk[65536];
@@ -186,9 +185,9 @@ HttpConnection::ReadOutcome HttpConnection::read_request(HttpRequest& request, c
 void HttpConnection::release_body() {
   if (body_reserved_bytes_ == 0) return;
   load_.body_budget.release(body_reserved_bytes_);
-  // glibc keeps freed large blocks in its arenas; after a large body give them back, so memory
-  // returns near its start once a burst of big requests (or an attack) is over.
-  if (body_reserved_bytes_ >= kTrimAfterBodyBytes) ::malloc_trim(0);
+  // The body itself was a mapping of its own (HttpBody); what handling a large one allocated
+  // (its parsed JSON, the prompt's text and ids) sits in malloc's free lists: hand those pages back.
+  if (body_reserved_bytes_ >= kMappedBodyBytes) ::malloc_trim(0);
   body_reserved_bytes_ = 0;
 }
 

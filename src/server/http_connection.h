@@ -104,7 +104,7 @@ class HttpConnection : public ResponseWriter {
   Wait wait_readable(std::chrono::steady_clock::time_point since, int timeout_ms);
   bool receive_some();  // appends to buffer_; false on EOF or error
   bool read_head(bool& timed_out);  // until buffer_ holds a head, or more than max_head_bytes
-  bool read_body(size_t num_bytes, std::string& body, bool& timed_out);
+  bool read_body(size_t num_bytes, HttpBody& body, bool& timed_out);
   // Answers a request without handling it (screened, or over the body budget).
   bool answer_early(const HttpRequest& request, const HttpResponse& response, bool body_unread);
   bool send_all(std::string_view data);

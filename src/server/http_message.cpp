@@ -1,8 +1,11 @@
 #include "server/http_message.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -138,6 +141,18 @@ Expected<BodyFraming> body_framing(const HttpRequest& request) {
   if (const std::string* expect = request.header("expect"))
     framing.expects_continue = to_lower(*expect) == "100-continue";
   return framing;
+}
+
+void* allocate_body_bytes(size_t num_bytes) {
+  if (num_bytes < kMappedBodyBytes) return ::operator new(num_bytes);
+  void* mapped = ::mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  return mapped;
+}
+
+void free_body_bytes(void* bytes, size_t num_bytes) {
+  if (num_bytes < kMappedBodyBytes) ::operator delete(bytes);
+  else ::munmap(bytes, num_bytes);
 }
 
 std::string_view reason_phrase(int status) {

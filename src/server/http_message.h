@@ -18,13 +18,34 @@ namespace pagellm::server {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;  // names lower-cased
 
+// Request bodies of kMappedBodyBytes and more live in anonymous mappings of their own, given back
+// to the system the moment they are freed: glibc keeps large blocks freed into its per-thread
+// arenas resident (malloc_trim does not shrink them), so after a burst of big bodies the server's
+// memory would stay high. Pages are touched only as bytes arrive.
+inline constexpr size_t kMappedBodyBytes = 1 << 20;
+void* allocate_body_bytes(size_t num_bytes);
+void free_body_bytes(void* bytes, size_t num_bytes);
+
+template <class T>
+struct BodyAllocator {
+  using value_type = T;
+  BodyAllocator() = default;
+  template <class U>
+  BodyAllocator(const BodyAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(allocate_body_bytes(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { free_body_bytes(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const BodyAllocator<U>&) const { return true; }
+};
+using HttpBody = std::basic_string<char, std::char_traits<char>, BodyAllocator<char>>;  // reads as a string_view
+
 struct HttpRequest {
   std::string method;   // "GET", "POST", ...
   std::string path;     // "/v1/completions"
   std::string query;    // after '?', may be empty
   int minor_version = 1;  // HTTP/1.<minor>
   HttpHeaders headers;
-  std::string body;
+  HttpBody body;
 
   // The first header of that (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;

@@ -82,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(load.body_budget.used_bytes() == request.body.size());
       connection.begin_exchange(request);
       HttpResponse response;
-      response.body = request.body.substr(0, 64);
+      response.body = std::string(std::string_view(request.body).substr(0, 64));
       connection.respond(response);
       const bool again = connection.finish_exchange();
       request = HttpRequest();
