@@ -110,7 +110,8 @@ TEST_P(MaskBenchmark, PerTokenMaskTimes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, MaskBenchmark, ::testing::Values("qwen3", "llama3", "gemma3"));
+// Gemma 3's 262k vocabulary is left out to keep the unit run short (it is covered by the walks).
+INSTANTIATE_TEST_SUITE_P(Families, MaskBenchmark, ::testing::Values("qwen3", "llama3"));
 
 }  // namespace
 }  // namespace pagellm::structured
