@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/check.h"
+
 #include "structured/token_walker.h"
 
 namespace pagellm::structured {
@@ -100,6 +102,8 @@ std::vector<int32_t> GrammarMatcher::state_key(const State& state) const {
 }
 
 void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> words) {
+  CHECK_MSG(words.size() >= mask_words(), "token bitmask of {} words, the vocabulary needs {}", words.size(),
+            mask_words());
   std::fill(words.begin(), words.end(), 0u);
   const State& state = current();
   const TokenVocabulary& vocab = grammar_->vocab();
