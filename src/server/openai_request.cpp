@@ -257,8 +257,7 @@ bool has_tool(const Json& tools, const std::string& name) {
 
 // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}.
 // Without tools there is nothing to call: "none"/"auto" mean no calls, the others are an error.
-std::optional<ApiError> read_tool_choice(JsonFields& fields, const Json& tools, const ParseOptions& options,
-                                         ToolChoice& out) {
+std::optional<ApiError> read_tool_choice(JsonFields& fields, const Json& tools, ToolChoice& out) {
   using Mode = ToolChoice::Mode;
   out.mode = tools.empty() ? Mode::kNone : Mode::kAuto;
   const Json* choice = fields.get("tool_choice");
@@ -286,17 +285,13 @@ std::optional<ApiError> read_tool_choice(JsonFields& fields, const Json& tools, 
   if (tools.empty() && (out.mode == Mode::kRequired || out.mode == Mode::kNamed))
     return bad_request("[openai] 'tool_choice' required or named needs 'tools'", "tool_choice");
   if (tools.empty()) out.mode = Mode::kNone;
-  if (out.mode == Mode::kAuto && !options.auto_tool_choice)
-    return bad_request("[openai] \"auto\" tool choice (the default with 'tools') needs the server started with "
-                       "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"none\", "
-                       "\"required\" or a named function", "tool_choice", "not_supported");
   return std::nullopt;
 }
 
-std::optional<ApiError> read_chat_tools(JsonFields& fields, const ParseOptions& options, ChatRequest& out) {
+std::optional<ApiError> read_chat_tools(JsonFields& fields, ChatRequest& out) {
   if (const Json* tools = fields.get("tools"))
     if (auto error = read_tools(*tools, out.tools)) return error;
-  if (auto error = read_tool_choice(fields, out.tools, options, out.tool_choice)) return error;
+  if (auto error = read_tool_choice(fields, out.tools, out.tool_choice)) return error;
   if (auto v = fields.boolean("parallel_tool_calls")) out.parallel_tool_calls = *v;
   if (auto v = fields.boolean("include_reasoning")) out.include_reasoning = *v;
   const ToolChoice::Mode mode = out.tool_choice.mode;
@@ -382,7 +377,7 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ParseOptions&
   if (auto error = check_unsupported(body, /*is_chat=*/true)) return error;
   JsonFields fields(body);
   if (auto error = read_chat_inputs(body, fields, out.template_inputs)) return error;
-  if (auto error = read_chat_tools(fields, options, out)) return error;
+  if (auto error = read_chat_tools(fields, out)) return error;
   // The template sees the tools unless the request said tool_choice "none".
   if (out.tool_choice.mode != ToolChoice::Mode::kNone) out.template_inputs.tools = out.tools;
   read_common(fields, body, options, out.common);
@@ -393,6 +388,13 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ParseOptions&
     return bad_request("[openai] 'top_logprobs' needs 'logprobs': true", "top_logprobs");
   if (out.logprobs) out.common.sampling.num_logprobs = out.top_logprobs;
   return std::nullopt;
+}
+
+std::optional<ApiError> check_tool_choice_servable(const ChatRequest& request, const ParseOptions& options) {
+  if (request.tool_choice.mode != ToolChoice::Mode::kAuto || options.auto_tool_choice) return std::nullopt;
+  return bad_request("[openai] \"auto\" tool choice (the default with 'tools') needs the server started with "
+                     "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"none\", "
+                     "\"required\" or a named function", "tool_choice", "not_supported");
 }
 
 std::optional<ApiError> fit_max_tokens(const CommonFields& common, int num_prompt_tokens, int max_model_len,

@@ -72,6 +72,9 @@ std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& b
                                                  CompletionRequest& out);
 std::optional<ApiError> parse_chat_request(const nlohmann::ordered_json& body, const ParseOptions& options,
                                            ChatRequest& out);
+// Generation only (not /tokenize): tool_choice "auto" needs the server's tool-call parser, else
+// the calls would go unread (vLLM refuses these requests the same way).
+std::optional<ApiError> check_tool_choice_servable(const ChatRequest& request, const ParseOptions& options);
 // "model" must be the served name: absent 400, another name 404.
 std::optional<ApiError> check_model(const nlohmann::ordered_json& body, const ParseOptions& options);
 // Prompt ids given by a client must be in the vocabulary.

@@ -315,6 +315,7 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
   ChatRequest parsed;
   std::optional<ApiError> error = parse_json_body(request.body, body);
   if (!error) error = parse_chat_request(body, context.parse_options, parsed);
+  if (!error) error = check_tool_choice_servable(parsed, context.parse_options);
   if (!error && (!context.chat_template || !context.tokenizer))
     error = bad_request(context.chat_template_error, "messages", "not_supported");
   Generation generation;

@@ -37,12 +37,14 @@ std::optional<ApiError> parse(const Json& body, bool auto_tool_choice, ChatReque
 
 TEST(ChatRequestTools, AutoNeedsTheServersToolParser) {
   ChatRequest parsed;
-  std::optional<ApiError> error = parse(chat({{"tools", tools()}}), false, parsed);
+  ASSERT_FALSE(parse(chat({{"tools", tools()}}), false, parsed));  // /tokenize may still render it
+  std::optional<ApiError> error = check_tool_choice_servable(parsed, options(false));
   ASSERT_TRUE(error);
   EXPECT_EQ(error->param, "tool_choice");
   EXPECT_NE(error->message.find("--enable-auto-tool-choice"), std::string::npos);
   ChatRequest with_parser;
   ASSERT_FALSE(parse(chat({{"tools", tools()}}), true, with_parser));
+  EXPECT_FALSE(check_tool_choice_servable(with_parser, options(true)));
   EXPECT_EQ(with_parser.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_EQ(with_parser.template_inputs.tools, tools());
   EXPECT_FALSE(with_parser.guided_json_schema);
