@@ -38,6 +38,7 @@ namespace {
 
 struct ServeArgs {
   std::string model_positional;  // `pagellm serve MODEL`, as `vllm serve MODEL`
+  std::string generation_config = "auto";
   bool disable_access_log = false, disable_log_stats = false;
   std::string model, revision, served_model_name, host = "127.0.0.1", api_key, chat_template;
   int port = 8000;
@@ -177,6 +178,10 @@ void run_serve(ServeArgs& args) {
   context->model_dir = model_dir;
   context->api_key = args.api_key;
   context->max_model_len = engine->config().max_model_len;
+  context->generation_defaults = value_or_throw(server::load_generation_defaults(args.generation_config, model_dir));
+  if (!context->generation_defaults.empty())
+    std::fprintf(stderr, "pagellm serve: sampling defaults from generation_config.json (requests override them): %s\n",
+                 context->generation_defaults.describe().c_str());
   context->parse_options.served_model_name = context->served_model_name;
   context->parse_options.vocab_size = engine->model_config().vocab_size;
   context->chat_template_error = "[openai] this model has no tokenizer, so no chat template";
@@ -253,6 +258,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--reasoning-parser", args->reasoning_parser,
                   "put the model's thinking in reasoning_content")
       ->check(CLI::IsMember(server::reasoning_parser_names()));
+  cmd->add_option("--generation-config", args->generation_config,
+                  "sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder holding one")
+      ->capture_default_str();
   cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", args->disable_access_log,
                 "no log line per answered request");
   cmd->add_flag("--disable-log-stats", args->disable_log_stats,

@@ -286,6 +286,7 @@ void handle_completions(const ServingContext& context, const HttpRequest& reques
   CompletionRequest parsed;
   std::optional<ApiError> error = parse_json_body(request.body, body);
   if (!error) error = parse_completion_request(body, context.parse_options, parsed);
+  if (!error) apply_generation_defaults(body, context.generation_defaults, parsed.common);
   Generation generation;
   generation.meta = new_response_meta(ApiKind::kCompletion, context.served_model_name);
   for (size_t i = 0; !error && i < parsed.prompt_texts.size(); ++i) {
@@ -315,6 +316,7 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
   ChatRequest parsed;
   std::optional<ApiError> error = parse_json_body(request.body, body);
   if (!error) error = parse_chat_request(body, context.parse_options, parsed);
+  if (!error) apply_generation_defaults(body, context.generation_defaults, parsed.common);
   if (!error) error = check_tool_choice_servable(parsed, context.parse_options);
   if (!error && (!context.chat_template || !context.tokenizer))
     error = bad_request(context.chat_template_error, "messages", "not_supported");

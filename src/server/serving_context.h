@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/generation_defaults.h"
 #include "server/openai_request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,7 @@ struct ServingContext {
   std::string api_key;                          // empty: no authentication
   ParseOptions parse_options;                   // served name, vocab size, limits
   int max_model_len = 0;
+  GenerationDefaults generation_defaults;       // --generation-config: for fields requests leave out
   // Chat output parsing (--reasoning-parser, --tool-call-parser; "" = none). The tool-call parser
   // reads tool_choice "auto" calls only with --enable-auto-tool-choice (parse_options says so).
   std::string reasoning_parser;

@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -327,6 +329,22 @@ TEST_F(ServeApiTest, MetricsAlsoAsVllmExportsThem) {
   EXPECT_NE(text.find("pagellm:e2e_request_latency_seconds_bucket{model_name=\"" + std::string(kModelName) +
                       "\",le=\"1800\"}"),
             std::string::npos);
+}
+
+// --generation-config FOLDER with do_sample false: requests that name no temperature are greedy (two
+// unseeded runs agree), one that asks for temperature 1 still samples as it asked.
+TEST(ServeGenerationConfig, DefaultsApplyToFieldsRequestsLeaveOut) {
+  const std::string dir = ::testing::TempDir() + "pagellm_e2e_gen_config";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/generation_config.json") << R"({"do_sample": false, "max_new_tokens": 6})";
+  ServeProcess server({"--generation-config", dir});
+  ASSERT_TRUE(server.ready()) << server.log();
+  EXPECT_NE(server.log().find("temperature=0, max_tokens=6"), std::string::npos) << server.log();
+  const json body = {{"model", kModelName}, {"prompt", "Hello there"}};
+  const json first = http_post_json(server.port(), "/v1/completions", body).json();
+  const json second = http_post_json(server.port(), "/v1/completions", body).json();
+  EXPECT_EQ(first["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(first["choices"][0]["text"], second["choices"][0]["text"]);
 }
 
 TEST_F(ServeApiTest, TokenizeAndDetokenize) {
