@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -40,7 +41,8 @@ struct ServeArgs {
   std::string model_positional;  // `pagellm serve MODEL`, as `vllm serve MODEL`
   std::string generation_config = "auto";
   bool disable_access_log = false, disable_log_stats = false;
-  std::string model, revision, served_model_name, host = "127.0.0.1", api_key, chat_template;
+  std::string model, revision, host = "127.0.0.1", api_key, chat_template;
+  std::vector<std::string> served_model_names;  // the first is the main one (metrics, logs)
   int port = 8000;
   size_t max_body_bytes = 16 * 1024 * 1024;
   int max_connections = 8192;
@@ -172,7 +174,7 @@ void run_serve(ServeArgs& args) {
   auto context = std::make_shared<server::ServingContext>();
   context->engine = engine.get();
   context->tokenizer = engine->shared_tokenizer();
-  context->served_model_name = !args.served_model_name.empty() ? args.served_model_name
+  context->served_model_name = !args.served_model_names.empty() ? args.served_model_names.front()
                                : is_demo                       ? std::string("pagellm-demo")
                                                                : args.model;
   context->model_dir = model_dir;
@@ -183,6 +185,8 @@ void run_serve(ServeArgs& args) {
     std::fprintf(stderr, "pagellm serve: sampling defaults from generation_config.json (requests override them): %s\n",
                  context->generation_defaults.describe().c_str());
   context->parse_options.served_model_name = context->served_model_name;
+  if (args.served_model_names.size() > 1)
+    context->parse_options.model_aliases.assign(args.served_model_names.begin() + 1, args.served_model_names.end());
   context->parse_options.vocab_size = engine->model_config().vocab_size;
   context->chat_template_error = "[openai] this model has no tokenizer, so no chat template";
   if (context->tokenizer) load_chat_template(args, model_dir, *context);
@@ -232,8 +236,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("model", args->model_positional, "model folder or Hugging Face repo id (same as --model)");
   cmd->add_option("--model", args->model, "model folder or Hugging Face repo id in the local cache (default: demo model)");
   cmd->add_option("--revision", args->revision, "snapshot of a Hugging Face repo id");
-  cmd->add_option("--served-model-name", args->served_model_name,
-                  "the name clients send as \"model\" (default: --model as given, or pagellm-demo)");
+  cmd->add_option("--served-model-name", args->served_model_names,
+                  "the names clients send as \"model\" (several: any of them; the first names metrics and logs; "
+                  "default: --model as given, or pagellm-demo)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "port to listen on (0 = any free port)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");

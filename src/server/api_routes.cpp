@@ -62,10 +62,18 @@ bool is_authorized(const ServingContext& context, const HttpRequest& request) {
 void handle_models(const ServingContext& context, const HttpRequest&, ResponseWriter& writer) {
   static const int64_t started =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  Json model{{"id", context.served_model_name}, {"object", "model"},      {"created", started},
-             {"owned_by", "pagellm"},           {"root", context.model_dir}, {"parent", nullptr},
-             {"max_model_len", context.max_model_len}};
-  writer.respond(json_response(Json{{"object", "list"}, {"data", Json::array({model})}}));
+  Json models = Json::array();
+  std::vector<std::string> names = {context.served_model_name};
+  names.insert(names.end(), context.parse_options.model_aliases.begin(), context.parse_options.model_aliases.end());
+  for (const std::string& name : names)
+    models.push_back(Json{{"id", name},
+                          {"object", "model"},
+                          {"created", started},
+                          {"owned_by", "pagellm"},
+                          {"root", context.model_dir},
+                          {"parent", nullptr},
+                          {"max_model_len", context.max_model_len}});
+  writer.respond(json_response(Json{{"object", "list"}, {"data", std::move(models)}}));
 }
 
 void handle_health(const ServingContext& context, const HttpRequest&, ResponseWriter& writer) {

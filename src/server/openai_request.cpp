@@ -340,7 +340,8 @@ std::optional<ApiError> check_model(const Json& body, const ParseOptions& option
     return bad_request(fmt::format("[openai] 'model' is required (this server serves '{}')", options.served_model_name),
                        "model", "missing_required_parameter");
   if (!model->is_string()) return bad_request("[openai] 'model' must be a string", "model", "invalid_type");
-  if (*model != options.served_model_name)
+  const auto& aliases = options.model_aliases;
+  if (*model != options.served_model_name && std::find(aliases.begin(), aliases.end(), *model) == aliases.end())
     return ApiError{404, fmt::format("[openai] the model '{}' does not exist; this server serves '{}'",
                                      model->get<std::string>(), options.served_model_name), "model", "model_not_found"};
   return std::nullopt;

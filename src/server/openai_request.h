@@ -20,6 +20,7 @@ namespace pagellm::server {
 
 struct ParseOptions {
   std::string served_model_name;
+  std::vector<std::string> model_aliases;  // more names "model" may say (--served-model-name A B ...)
   int64_t vocab_size = 0;
   int max_logprobs = 20;  // top alternatives per token at most
   int max_n = 128;        // samples per prompt at most

@@ -279,6 +279,12 @@ void set_chat_output(const ServingContext& context, const ChatRequest& parsed, G
   generation.include_reasoning = parsed.include_reasoning;
 }
 
+// Responses name the model as the request did (one of the served names), as vLLM does.
+std::string answered_model_name(const ServingContext& context, const Json& body) {
+  const auto model = body.find("model");
+  return model != body.end() && model->is_string() ? model->get<std::string>() : context.served_model_name;
+}
+
 }  // namespace
 
 void handle_completions(const ServingContext& context, const HttpRequest& request, ResponseWriter& writer) {
@@ -288,7 +294,7 @@ void handle_completions(const ServingContext& context, const HttpRequest& reques
   if (!error) error = parse_completion_request(body, context.parse_options, parsed);
   if (!error) apply_generation_defaults(body, context.generation_defaults, parsed.common);
   Generation generation;
-  generation.meta = new_response_meta(ApiKind::kCompletion, context.served_model_name);
+  generation.meta = new_response_meta(ApiKind::kCompletion, answered_model_name(context, body));
   for (size_t i = 0; !error && i < parsed.prompt_texts.size(); ++i) {
     Prompt prompt;
     error = tokenize_text(context, parsed.prompt_texts[i], parsed.common.add_special_tokens.value_or(true), "prompt",
@@ -321,7 +327,7 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
   if (!error && (!context.chat_template || !context.tokenizer))
     error = bad_request(context.chat_template_error, "messages", "not_supported");
   Generation generation;
-  generation.meta = new_response_meta(ApiKind::kChat, context.served_model_name);
+  generation.meta = new_response_meta(ApiKind::kChat, answered_model_name(context, body));
   if (!error) {
     Expected<std::string> rendered = context.chat_template->render(parsed.template_inputs);
     Prompt prompt;

@@ -347,6 +347,22 @@ TEST(ServeGenerationConfig, DefaultsApplyToFieldsRequestsLeaveOut) {
   EXPECT_EQ(first["choices"][0]["text"], second["choices"][0]["text"]);
 }
 
+// Several --served-model-name values: each is a model clients may name, listed by /v1/models, and
+// responses say the name the request used.
+TEST(ServeModelNames, EveryServedNameAnswers) {
+  ServeProcess server({"--served-model-name", "alias-a"});  // after the default test-model
+  ASSERT_TRUE(server.ready()) << server.log();
+  const json models = http_get(server.port(), "/v1/models").json();
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], kModelName);
+  EXPECT_EQ(models["data"][1]["id"], "alias-a");
+  const HttpResult aliased = http_post_json(server.port(), "/v1/completions",
+                                            json{{"model", "alias-a"}, {"prompt", "Hi"}, {"max_tokens", 2}});
+  ASSERT_EQ(aliased.status, 200) << aliased.body;
+  EXPECT_EQ(aliased.json()["model"], "alias-a");
+  EXPECT_EQ(http_post_json(server.port(), "/v1/completions", json{{"model", "other"}, {"prompt", "Hi"}}).status, 404);
+}
+
 TEST_F(ServeApiTest, TokenizeAndDetokenize) {
   const json tokens = http_post_json(port(), "/tokenize", {{"prompt", "Hello world"}}).json();
   ASSERT_TRUE(tokens["tokens"].is_array()) << tokens.dump();
