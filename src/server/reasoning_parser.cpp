@@ -13,15 +13,10 @@ constexpr std::string_view kThinkEnd = "</think>";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-class ThinkParser final : public OutputParser {
+class ThinkParser final : public PendingTextParser {
  public:
   // starts_in_reasoning: the output begins inside a think block even without <think>.
   explicit ThinkParser(bool starts_in_reasoning) : starts_in_reasoning_(starts_in_reasoning) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override { run(true, out); }
 
  private:
   enum class State { kStart, kReasoning, kAnswerStart, kAnswer };
@@ -51,7 +46,7 @@ class ThinkParser final : public OutputParser {
     return false;
   }
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (bool more = true; more;) {
       switch (state_) {
         case State::kStart: more = decide_start(final); break;
@@ -73,7 +68,6 @@ class ThinkParser final : public OutputParser {
   }
 
   bool starts_in_reasoning_;
-  std::string pending_;
   State state_ = State::kStart;
 };
 

@@ -58,4 +58,31 @@ class JsonCallReader {
   JsonValueScanner arguments_;      // where the arguments value ends
 };
 
+// The frame of the text-scanning parsers: each delta joins the pending text and run() consumes
+// what can be decided; at the end run(final = true) decides the rest.
+class PendingTextParser : public OutputParser {
+ public:
+  explicit PendingTextParser(ToolCallIdFn new_id = {}) : new_id_(std::move(new_id)) {}
+  void feed(std::string_view text, MessageDelta& out) final {
+    pending_ += text;
+    run(false, out);
+  }
+  void finish(MessageDelta& out) final {
+    run(true, out);
+    sink_.finish(out);
+  }
+
+ protected:
+  virtual void run(bool final, MessageDelta& out) = 0;
+  // Reads the JSON call at the front of the pending text with reader_ (kReading: undecided). A
+  // call drops the whitespace around it from the content and moves index_ on.
+  JsonCallReader::Status read_json_call(bool final, MessageDelta& out);
+
+  ToolCallIdFn new_id_;
+  std::string pending_;
+  ContentSink sink_;
+  JsonCallReader reader_;
+  int index_ = 0;  // the next call's index
+};
+
 }  // namespace pagellm::server

@@ -42,14 +42,9 @@ std::string header_word(std::string_view header, std::string_view key) {
   return std::string(header.substr(begin, end - begin));
 }
 
-class HarmonyParser final : public OutputParser {
+class HarmonyParser final : public PendingTextParser {
  public:
-  HarmonyParser(bool extract_tools, ToolCallIdFn new_id) : extract_tools_(extract_tools), new_id_(std::move(new_id)) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override { run(true, out); }
+  HarmonyParser(bool extract_tools, ToolCallIdFn new_id) : PendingTextParser(std::move(new_id)), extract_tools_(extract_tools) {}
 
  private:
   enum class Body { kReasoning, kContent, kCall };
@@ -121,16 +116,13 @@ class HarmonyParser final : public OutputParser {
     return true;
   }
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (bool more = true; more;) more = state_ == State::kHeader ? read_header(final, out) : read_body(final, out);
   }
 
   bool extract_tools_;
-  ToolCallIdFn new_id_;
-  std::string pending_;
   State state_ = State::kHeader;
   Body body_ = Body::kContent;
-  int index_ = 0;
 };
 
 }  // namespace

@@ -109,28 +109,35 @@ void JsonCallReader::finish(int index, const ToolCallIdFn& new_id, MessageDelta&
   status_ = Status::kCall;
 }
 
+JsonCallReader::Status PendingTextParser::read_json_call(bool final, MessageDelta& out) {
+  pending_.erase(0, reader_.feed(pending_, index_, new_id_, out));
+  if (reader_.status() == JsonCallReader::Status::kReading) {
+    if (reader_.emitted_call()) sink_.before_call();
+    if (!final) return JsonCallReader::Status::kReading;
+    reader_.finish(index_, new_id_, out);
+  }
+  if (reader_.status() == JsonCallReader::Status::kCall) {
+    sink_.before_call();
+    sink_.after_call();
+    ++index_;
+  }
+  return reader_.status();
+}
+
 namespace {
 
 // ---- hermes ----
 
-class HermesParser final : public OutputParser {
+class HermesParser final : public PendingTextParser {
  public:
-  explicit HermesParser(ToolCallIdFn new_id) : new_id_(std::move(new_id)) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override {
-    run(true, out);
-    sink_.finish(out);
-  }
+  explicit HermesParser(ToolCallIdFn new_id) : PendingTextParser(std::move(new_id)) {}
 
  private:
   static constexpr std::string_view kStart = "<tool_call>";
   static constexpr std::string_view kEnd = "</tool_call>";
   enum class State { kText, kCall, kClose };
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (;;) {
       switch (state_) {
         case State::kText:
@@ -138,25 +145,17 @@ class HermesParser final : public OutputParser {
           state_ = State::kCall;
           reader_ = JsonCallReader();
           break;
-        case State::kCall:
-          pending_.erase(0, reader_.feed(pending_, index_, new_id_, out));
-          if (reader_.status() == JsonCallReader::Status::kReading) {
-            if (!final) {
-              if (reader_.emitted_call()) sink_.before_call();
-              return;
-            }
-            reader_.finish(index_, new_id_, out);
-          }
-          if (reader_.status() == JsonCallReader::Status::kCall) {
-            sink_.before_call();
-            sink_.after_call();
-            ++index_;
+        case State::kCall: {
+          const JsonCallReader::Status status = read_json_call(final, out);
+          if (status == JsonCallReader::Status::kReading) return;
+          if (status == JsonCallReader::Status::kCall) {
             state_ = State::kClose;
           } else {
             sink_.text(std::string(kStart) + reader_.held_text(), out);
             state_ = State::kText;
           }
           break;
+        }
         case State::kClose:
           if (consume_tag(pending_, kEnd, final) == TagMatch::kNeedMore) return;
           state_ = State::kText;
@@ -165,27 +164,14 @@ class HermesParser final : public OutputParser {
     }
   }
 
-  ToolCallIdFn new_id_;
-  std::string pending_;
   State state_ = State::kText;
-  JsonCallReader reader_;
-  ContentSink sink_;
-  int index_ = 0;
 };
 
 // ---- llama3_json ----
 
-class Llama3JsonParser final : public OutputParser {
+class Llama3JsonParser final : public PendingTextParser {
  public:
-  explicit Llama3JsonParser(ToolCallIdFn new_id) : new_id_(std::move(new_id)) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override {
-    run(true, out);
-    sink_.finish(out);
-  }
+  explicit Llama3JsonParser(ToolCallIdFn new_id) : PendingTextParser(std::move(new_id)) {}
 
  private:
   // Special in Llama 3's tokenizer: present only when special tokens are kept.
@@ -207,22 +193,17 @@ class Llama3JsonParser final : public OutputParser {
     return true;
   }
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (;;) {
       switch (state_) {
         case State::kStart:
           if (!decide_start(final)) return;
           reader_ = JsonCallReader();
           break;
-        case State::kCall:
-          pending_.erase(0, reader_.feed(pending_, index_, new_id_, out));
-          if (reader_.status() == JsonCallReader::Status::kReading) {
-            if (!final) return;
-            reader_.finish(index_, new_id_, out);
-          }
-          if (reader_.status() == JsonCallReader::Status::kCall) {
-            sink_.after_call();
-            ++index_;
+        case State::kCall: {
+          const JsonCallReader::Status status = read_json_call(final, out);
+          if (status == JsonCallReader::Status::kReading) return;
+          if (status == JsonCallReader::Status::kCall) {
             state_ = State::kBetween;
           } else {
             sink_.text(prefix_ + reader_.held_text(), out);
@@ -230,6 +211,7 @@ class Llama3JsonParser final : public OutputParser {
           }
           prefix_.clear();
           break;
+        }
         case State::kBetween: {  // "; " joins calls; anything else is content
           const size_t next = first_non_space(pending_);
           if (next == pending_.size() && !final) return;
@@ -250,28 +232,15 @@ class Llama3JsonParser final : public OutputParser {
     }
   }
 
-  ToolCallIdFn new_id_;
-  std::string pending_;
   std::string prefix_;  // the tag before the call being read (content again if it is not a call)
   State state_ = State::kStart;
-  JsonCallReader reader_;
-  ContentSink sink_;
-  int index_ = 0;
 };
 
 // ---- mistral ----
 
-class MistralParser final : public OutputParser {
+class MistralParser final : public PendingTextParser {
  public:
-  explicit MistralParser(ToolCallIdFn new_id) : new_id_(std::move(new_id)) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override {
-    run(true, out);
-    sink_.finish(out);
-  }
+  explicit MistralParser(ToolCallIdFn new_id) : PendingTextParser(std::move(new_id)) {}
 
  private:
   static constexpr std::string_view kMarker = "[TOOL_CALLS]";
@@ -306,16 +275,9 @@ class MistralParser final : public OutputParser {
   }
 
   bool read_item(bool final, MessageDelta& out) {
-    pending_.erase(0, reader_.feed(pending_, index_, new_id_, out));
-    if (reader_.emitted_call()) sink_.before_call();
-    if (reader_.status() == JsonCallReader::Status::kReading) {
-      if (!final) return false;
-      reader_.finish(index_, new_id_, out);
-    }
-    if (reader_.status() == JsonCallReader::Status::kCall) {
-      sink_.before_call();
-      sink_.after_call();
-      ++index_;
+    const JsonCallReader::Status status = read_json_call(final, out);
+    if (status == JsonCallReader::Status::kReading) return false;
+    if (status == JsonCallReader::Status::kCall) {
       raw_.clear();
       state_ = in_array_ ? State::kItemSeparator : State::kText;
     } else {
@@ -377,7 +339,7 @@ class MistralParser final : public OutputParser {
     return true;
   }
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (bool more = true; more;) {
       switch (state_) {
         case State::kText:
@@ -396,15 +358,10 @@ class MistralParser final : public OutputParser {
     }
   }
 
-  ToolCallIdFn new_id_;
-  std::string pending_;
   std::string raw_;  // consumed since the marker while undecided
   State state_ = State::kText;
   bool in_array_ = false;
-  JsonCallReader reader_;
   JsonValueScanner arguments_;
-  ContentSink sink_;
-  int index_ = 0;
 };
 
 }  // namespace

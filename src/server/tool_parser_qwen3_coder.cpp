@@ -103,17 +103,9 @@ TagState read_named_tag(std::string_view text, std::string_view opener, std::str
   return name.empty() ? TagState::kMismatch : TagState::kMatched;
 }
 
-class Qwen3CoderParser final : public OutputParser {
+class Qwen3CoderParser final : public PendingTextParser {
  public:
-  Qwen3CoderParser(const Json& tools, ToolCallIdFn new_id) : tools_(tools), new_id_(std::move(new_id)) {}
-  void feed(std::string_view text, MessageDelta& out) override {
-    pending_ += text;
-    run(false, out);
-  }
-  void finish(MessageDelta& out) override {
-    run(true, out);
-    sink_.finish(out);
-  }
+  Qwen3CoderParser(const Json& tools, ToolCallIdFn new_id) : PendingTextParser(std::move(new_id)), tools_(tools) {}
 
  private:
   enum class State { kText, kFunction, kParameters, kValue, kClose };
@@ -186,7 +178,7 @@ class Qwen3CoderParser final : public OutputParser {
     return true;
   }
 
-  void run(bool final, MessageDelta& out) {
+  void run(bool final, MessageDelta& out) override {
     for (bool more = true; more;) {
       switch (state_) {
         case State::kText:
@@ -205,14 +197,10 @@ class Qwen3CoderParser final : public OutputParser {
   }
 
   Json tools_;
-  ToolCallIdFn new_id_;
-  std::string pending_;
   State state_ = State::kText;
   std::string function_;
   std::string parameter_;
   int num_parameters_ = 0;
-  ContentSink sink_;
-  int index_ = 0;
 };
 
 }  // namespace
