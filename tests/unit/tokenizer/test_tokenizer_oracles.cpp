@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "tokenizer/detokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace pagellm::test {
@@ -104,6 +105,43 @@ TEST_P(OracleTest, IdsAndTextMatchHuggingFaceTokenizers) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+}
+
+// Random ids, as a model may emit them (runs of <0xHH> byte tokens that are and are not valid
+// UTF-8, specials, anything), decoded by HF tokenizers: hf_<family>_random_decode.json, written by
+// tools/hf_tokenizer_golden.py --random-decode for the families whose decoders have byte fallback.
+// decode() and the incremental detokenizer must both give HF's text.
+TEST(OracleRandomIds, DecodeAndStreamingMatchHuggingFace) {
+  for (const std::string family : {"llama2", "gemma3"}) {
+    auto tok = load_family(family);
+    if (!tok) PAGELLM_SKIP_UNLESS_CI("assets/tokenizers/" << family << " missing: run scripts/setup.sh");
+    const std::string path = source_path("tests/golden/tokenizer/hf_" + family + "_random_decode.json");
+    ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    const auto oracle = read_json(path);
+    ASSERT_GE(oracle["ids"].size(), 1000u);
+    int decode_mismatches = 0, stream_mismatches = 0;
+    for (size_t i = 0; i < oracle["ids"].size(); ++i) {
+      const auto ids = oracle["ids"][i].get<std::vector<int32_t>>();
+      for (bool skip : {false, true}) {
+        const std::string want = oracle[skip ? "decode_skip_special" : "decode"][i].get<std::string>();
+        const std::string got = tok->decode(ids, skip);
+        if (got != want && ++decode_mismatches <= 5) {
+          ADD_FAILURE() << family << " decode(skip_special=" << skip << ") of " << show_ids(ids)
+                        << "\n  ours:   '" << show(got) << "'\n  oracle: '" << show(want) << "'";
+        }
+        IncrementalDetokenizer detok(tok, skip);
+        std::string streamed;
+        for (int32_t id : ids) streamed += detok.feed(id);
+        streamed += detok.finish();
+        if (streamed != want && ++stream_mismatches <= 5) {
+          ADD_FAILURE() << family << " streamed (skip_special=" << skip << ") " << show_ids(ids)
+                        << "\n  ours:   '" << show(streamed) << "'\n  oracle: '" << show(want) << "'";
+        }
+      }
+    }
+    EXPECT_EQ(decode_mismatches, 0) << family;
+    EXPECT_EQ(stream_mismatches, 0) << family;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, OracleTest, ::testing::ValuesIn(families()),
