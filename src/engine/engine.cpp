@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "cache/kv_cache_budget.h"
+#include "cache/kv_cache_groups.h"
 #include "engine/activation_profile.h"
 #include "core/logging.h"
 #include "engine/state_memory.h"
@@ -46,14 +48,25 @@ struct Engine::Live {
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;
   bool include_stop_string = false;  // also the text of a stop token (EOS, stop_token_ids)
+  std::unique_ptr<structured::GrammarMatcher> matcher;  // structured outputs, else null
 };
 
-Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config) {
+Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
+  EngineConfig config = config_in;
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend));
+  config.device = backend->name();  // "auto" resolved
+  std::optional<DType> dtype;
+  if (config.dtype != "auto") {
+    DType parsed;
+    if (!parse_dtype(config.dtype, &parsed))
+      return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", config.dtype);
+    dtype = parsed;
+  }
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype));
   std::shared_ptr<const Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(config.model_dir) / "tokenizer.json")) {
-    PAGELLM_ASSIGN_OR_RETURN(tokenizer, Tokenizer::from_dir(config.model_dir));
+  const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
+  if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
+    PAGELLM_ASSIGN_OR_RETURN(tokenizer, Tokenizer::from_dir(tokenizer_dir));
   }
   return create(config, std::move(backend), std::move(model), std::move(tokenizer));
 }
@@ -65,7 +78,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
   const MemorySpec spec = model->memory_spec();
-  const KvBlockShape shape{static_cast<int>(spec.num_attention_layers), config.block_size,
+  // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
+  const KvCacheGroups groups = kv_cache_groups_of(spec);
+  const KvBlockShape shape{static_cast<int>(groups.layers_per_group), config.block_size,
                            static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
                            static_cast<int>(dtype_size_bytes(spec.kv_dtype))};
   const int64_t bytes_per_block = kv_bytes_per_block(shape);
@@ -89,12 +104,19 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
     return invalid_argument("[engine] the KV cache budget of {} bytes holds no block of {} bytes", budget,
                             bytes_per_block);
   const int64_t model_limit = model->config().max_position_embeddings > 0 ? model->config().max_position_embeddings : 4096;
-  const int64_t cache_tokens = num_blocks * config.block_size;
+  // The longest request the whole cache holds alone (a sliding group holds its window, not its length).
+  const int max_step_tokens = config.long_prefill_token_threshold > 0
+                                  ? std::min(config.long_prefill_token_threshold, config.max_num_batched_tokens)
+                                  : config.max_num_batched_tokens;
+  const int64_t cache_tokens =
+      max_tokens_for_blocks(groups.windows, num_blocks, config.block_size, std::max(max_step_tokens, 1),
+                            std::max<int64_t>({model_limit, config.max_model_len, num_blocks * config.block_size}));
   if (config.max_model_len <= 0) config.max_model_len = static_cast<int>(std::min(model_limit, cache_tokens));
   if (config.max_model_len > cache_tokens)
     return invalid_argument("[engine] max_model_len {} needs more KV cache than the budget gives ({} tokens); "
                             "lower --max-model-len or raise --kv-cache-memory", config.max_model_len, cache_tokens);
-  LOG_INFO("{}", kv_cache_summary(num_blocks, config.block_size, bytes_per_block, config.max_model_len));
+  LOG_INFO("{}", kv_cache_groups_summary(groups.windows, groups.layers_per_group, num_blocks, config.block_size,
+                                         bytes_per_block, config.max_model_len, std::max(max_step_tokens, 1)));
   auto engine = std::unique_ptr<Engine>(new Engine(config, std::move(backend), std::move(model), std::move(tokenizer),
                                                    static_cast<int>(num_blocks)));
   PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
@@ -118,9 +140,11 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.max_model_len = config.max_model_len;
   sched.enable_prefix_caching = config.enable_prefix_caching;
   sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
+  sched.kv_group_windows = kv_cache_groups_of(model_->memory_spec()).windows;
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
+  if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
   metrics_.update([&](EngineMetrics& m) {
@@ -141,6 +165,10 @@ Expected<Engine::Validated> Engine::validate(GenerateRequest request) const {
     if (id < 0 || id >= mc.vocab_size)
       return invalid_argument("[engine] prompt token id {} is outside the vocabulary (vocab_size {})", id,
                               mc.vocab_size);
+  for (const auto& [token, bias] : sampling.logit_bias)
+    if (token < 0 || token >= mc.vocab_size || !std::isfinite(bias))
+      return invalid_argument("[engine] logit_bias token {} is outside the vocabulary (vocab_size {}) or its bias is not "
+                              "finite", token, mc.vocab_size);
   const int64_t total = static_cast<int64_t>(request.prompt_token_ids.size()) + sampling.max_tokens;
   if (total > config_.max_model_len)
     return invalid_argument("[engine] prompt of {} tokens + max_tokens {} = {} exceeds max_model_len {}",
@@ -149,6 +177,7 @@ Expected<Engine::Validated> Engine::validate(GenerateRequest request) const {
   live->submitted = Clock::now();
   live->num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
   live->include_stop_string = request.include_stop_string;
+  if (request.grammar) live->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar);
   if (tokenizer_) live->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_, request.skip_special_tokens);
   if (!request.stop_strings.empty()) {
     if (!tokenizer_) return invalid_argument("[engine] stop strings need a tokenizer; this model has none");
@@ -239,6 +268,7 @@ bool Engine::drain_inbox(bool wait) {
   for (auto& [request, live] : submits) {
     const RequestId id = request.id();
     live_[id] = live;
+    if (live->matcher) ++num_constrained_live_;
     Status added = scheduler_->add(std::move(request));
     if (!added.is_ok()) end_request(id, FinishReason::kAbort, added);
   }
@@ -272,8 +302,11 @@ void Engine::run_loop() {
 }
 
 void Engine::step() {
+  // A grammar's next mask depends on the token the running step samples: commit it first.
+  if (num_constrained_live_ > 0 && !launched_.empty()) finish_oldest_step();
   const auto started = Clock::now();
   StepPlan plan = scheduler_->has_unfinished_requests() ? scheduler_->schedule() : StepPlan{};
+  if (num_constrained_live_ > 0) attach_token_masks(plan);
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_new) continue;
     auto it = live_.find(row.request_id);
@@ -291,6 +324,37 @@ void Engine::step() {
   // be planned), so the device never waits for the host. A stop string found while publishing
   // finishes its request after the next step was planned: that row runs and commit() drops it.
   if (!launched_.empty() && (!async_scheduling_ || launched_.size() == 2 || !launched)) finish_oldest_step();
+}
+
+void Engine::attach_token_masks(StepPlan& plan) {
+  const size_t words = static_cast<size_t>((model_->config().vocab_size + 31) / 32);
+  for (ScheduledRequest& row : plan.rows) {
+    if (!row.is_sampling) continue;
+    const auto it = live_.find(row.request_id);
+    if (it == live_.end() || !it->second->matcher) continue;
+    auto mask = std::make_shared<std::vector<uint32_t>>(std::max(words, it->second->matcher->mask_words()), 0u);
+    it->second->matcher->fill_next_token_bitmask(*mask);
+    row.token_mask = std::move(mask);
+  }
+}
+
+Expected<structured::GrammarCompiler*> Engine::grammar_compiler() {
+  std::call_once(grammar_once_, [this] {
+    if (!tokenizer_) {
+      grammar_error_ = invalid_argument("[structured] this model has no tokenizer: constrained outputs need one");
+      return;
+    }
+    std::vector<int32_t> eos_ids;
+    for (int64_t id : model_->config().eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+    auto vocab = structured::TokenVocabulary::from_tokenizer(*tokenizer_, eos_ids);
+    if (!vocab.has_value()) {
+      grammar_error_ = vocab.status();
+      return;
+    }
+    grammar_compiler_ = std::make_unique<structured::GrammarCompiler>(std::move(vocab).value());
+  });
+  if (!grammar_compiler_) return grammar_error_;
+  return grammar_compiler_.get();
 }
 
 void Engine::finish_oldest_step() {
@@ -328,6 +392,12 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
     std::optional<FinishReason> finish = update.finish_reason;
     if (update.new_token_id) {
       const TokenId token = *update.new_token_id;
+      // The mask allowed only what the grammar accepts; a refusal means the mask and the matcher
+      // disagree, which ends the request rather than emit text that breaks the format.
+      if (live.matcher && !live.matcher->accept_token(token) && !finish) {
+        (void)scheduler_->finish_early(update.request_id, FinishReason::kAbort);
+        finish = FinishReason::kAbort;
+      }
       out.token_ids.push_back(token);
       if (update.logprobs) out.logprobs.push_back(*update.logprobs);
       metrics_.update([&](EngineMetrics& m) {
@@ -382,6 +452,7 @@ void Engine::end_request(RequestId id, FinishReason reason, Status error) {
   if (it == live_.end()) return;
   std::shared_ptr<Live> live = it->second;
   live_.erase(it);
+  if (live->matcher) --num_constrained_live_;
   if (!live->channel->finished()) {
     RequestOutput out;
     out.finish_reason = reason;

@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "runner/model_runner.h"
 #include "sched/scheduler.h"
+#include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm {
@@ -38,6 +39,10 @@ struct GenerateRequest {
   std::vector<std::string> stop_strings;
   bool skip_special_tokens = true;     // in the streamed text
   bool include_stop_string = false;    // the matched stop string, or a stop token's text, stays in the text
+  // Structured outputs: the generated text must match this grammar (Engine::grammar_compiler() made
+  // it); each step masks the tokens that would leave it. Requests with one run without planning
+  // ahead (their mask needs the token the running step samples).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 class Engine {
@@ -63,6 +68,9 @@ class Engine {
   void stop();   // finishes the current step, aborts the rest, joins
 
   const EngineConfig& config() const { return config_; }
+  // The compiler of structured-output constraints over this model's vocabulary (built on first use,
+  // about a second for a 150k vocabulary; thread-safe); an error when the model has no tokenizer.
+  Expected<structured::GrammarCompiler*> grammar_compiler();
   const ModelConfig& model_config() const { return model_->config(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
@@ -84,6 +92,8 @@ class Engine {
   void finish_oldest_step();  // waits for the oldest launched step, commits and publishes it
   void publish(const std::vector<RequestUpdate>& updates);
   void end_request(RequestId id, FinishReason reason, Status error);
+  // Gives each sampling row of a constrained request the mask of its grammar's next tokens.
+  void attach_token_masks(StepPlan& plan);
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
@@ -117,6 +127,10 @@ class Engine {
   };
   std::deque<LaunchedStep> launched_;  // launched, not committed: at most 2 (async) or 1
   bool async_scheduling_ = false;
+  int num_constrained_live_ = 0;  // live requests with a grammar: while any, steps run synchronously
+  std::once_flag grammar_once_;
+  std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;
+  Status grammar_error_;
   std::chrono::steady_clock::time_point last_finish_;
   EngineMetricsRecorder metrics_;
   std::thread thread_;

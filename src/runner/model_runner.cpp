@@ -39,6 +39,12 @@ size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
 // device ops to). A row with penalties samples from its penalised f32 copy (Backend::apply_penalties):
 // its argmax and draw run there, and its id lands after the R ids of the unpenalised rows.
 bool has_penalties(const SamplingParams& p) { return p.needs_token_history(); }
+// Rows sampled from an f32 copy of their logits (Backend::apply_penalties): penalties, logit_bias
+// and structured-output masks change the copy, while logprobs keep reading the raw row (as vLLM's
+// raw logprobs).
+bool uses_penalised_copy(const ScheduledRequest& row) {
+  return has_penalties(*row.sampling) || !row.sampling->logit_bias.empty() || row.token_mask != nullptr;
+}
 
 // The top entries a row asks for, as the device returns them (spec/serving.md allows 20; the
 // server never asks for more, the CLI's --logprobs is capped here).
@@ -58,29 +64,34 @@ bool graphs_allowed_by_env() {
 // Byte offsets of one step's inputs in the staging buffers (a slot's host buffer and the device
 // buffer hold the same layout, so one copy moves them all; layout of each part in sched/step.h):
 //
-//   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [T] | cu_seqlens_q i32 [B + 1] |
-//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [B, W] | state_slots i32 [B] |
+//   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [G, T] | cu_seqlens_q i32 [B + 1] |
+//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [G, B, W] | state_slots i32 [B] |
 //   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
 //   | penalty_rows [P] sampling::PenaltyRow (32 B) | penalty_params [P] RowParams |
 //   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] | placeholder pairs i32 [Q, 2] |
+//   | bias entries i32 [K, 3] (penalised row, token, f32 bits) | mask rows i32 [M] | masks i32 [M, V/32] |
 //
-// P rows have penalties (history: their prompt + output ids back to back, H in all), L rows want
+// G = KV cache groups (cache/kv_cache_groups.h; 1 unless the model has sliding-window layers).
+// P rows have penalties, a logit_bias or a token mask (history: the prompt + output ids of those with
+// penalties back to back, H in all; K bias entries; M masks of V/32 words), L rows want
 // logprobs, Q placeholders (a decode's input token, or the last history id of a penalised row) are
 // filled on the device by Backend::copy_ids: pair (i32 index into this buffer, index into the
-// previous step's sampled ids). The offsets of the first nine parts depend only on (T, B, R, W): a
+// previous step's sampled ids). The offsets of the first nine parts depend only on (G, T, B, R, W): a
 // graph captured for a decode bucket (T = B = R) finds its inputs at the same device addresses on
 // every replay; the rest are read only by ops that run before or after it.
 //
 // Sampled ids on the device, [R + P] i32: ids[r] for sampling row r (argmax, or Backend::sample's
 // draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
 struct ModelRunner::StepLayout {
-  int64_t num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
-      num_placeholders;
+  int64_t num_groups, num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
+      num_placeholders, num_bias_entries = 0, num_masks = 0, mask_words = 0;
   size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, state_slots,
-      sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, total_bytes;
+      sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, bias_entries = 0, mask_rows = 0,
+      masks = 0, total_bytes;
 
-  StepLayout(int64_t t, int64_t b, int64_t r, int64_t w, int64_t p = 0, int64_t l = 0, int64_t h = 0, int64_t q = 0)
-      : num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w), num_penalised(p), num_logprob_rows(l),
+  StepLayout(int64_t g, int64_t t, int64_t b, int64_t r, int64_t w, int64_t p = 0, int64_t l = 0, int64_t h = 0,
+             int64_t q = 0)
+      : num_groups(g), num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w), num_penalised(p), num_logprob_rows(l),
         num_history_ids(h), num_placeholders(q) {
     size_t at = 0;
     auto take = [&](int64_t bytes) {
@@ -90,11 +101,11 @@ struct ModelRunner::StepLayout {
     };
     token_ids = take(4 * t);
     positions = take(4 * t);
-    slot_mapping = take(8 * t);
+    slot_mapping = take(8 * g * t);
     cu_seqlens_q = take(4 * (b + 1));
     seq_lens_k = take(4 * b);
     logits_rows = take(4 * r);
-    block_tables = take(4 * b * w);
+    block_tables = take(4 * g * b * w);
     state_slots = take(4 * b);
     sample_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * r);
     penalty_rows = take(static_cast<int64_t>(sizeof(sampling::PenaltyRow)) * p);
@@ -103,6 +114,16 @@ struct ModelRunner::StepLayout {
     history = take(4 * h);
     placeholders = take(8 * q);
     total_bytes = at;
+  }
+  // The logit constraints' parts, after every part a graph names.
+  void add_constraints(int64_t k, int64_t m, int64_t words) {
+    num_bias_entries = k;
+    num_masks = m;
+    mask_words = words;
+    bias_entries = total_bytes;
+    mask_rows = align16(bias_entries + static_cast<size_t>(12 * k));
+    masks = align16(mask_rows + static_cast<size_t>(4 * m));
+    total_bytes = align16(masks + static_cast<size_t>(4 * m * words));
   }
   int64_t num_ids() const { return num_logits_rows + num_penalised; }
 };
@@ -125,12 +146,20 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
   const MemorySpec spec = model.memory_spec();
-  for (int64_t l = 0; l < spec.num_attention_layers; ++l) {
+  kv_groups_ = kv_cache_groups_of(spec);
+  // Tensor slot j holds layer j of every group (cache/kv_cache_groups.h).
+  std::vector<KvCacheView> slots;
+  for (int64_t j = 0; j < kv_groups_.layers_per_group; ++j) {
     Tensor k = backend.alloc({num_blocks, block_size, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype);
     Tensor v = backend.alloc({num_blocks, block_size, spec.num_kv_heads, spec.head_dim}, spec.kv_dtype);
-    caches_.attention_layers.push_back({k.view(), v.view()});
+    slots.push_back({k.view(), v.view()});
     cache_tensors_.push_back(std::move(k));
     cache_tensors_.push_back(std::move(v));
+  }
+  for (const KvLayerPlace& place : kv_groups_.layers) {
+    KvCacheView view = slots[static_cast<size_t>(place.slot)];
+    view.group = place.group;
+    caches_.attention_layers.push_back(view);
   }
   if (spec.is_hybrid()) {
     state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots);
@@ -213,6 +242,10 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   auto* logprob_rows = reinterpret_cast<sampling::LogprobRow*>(base + layout.logprob_rows);
   int32_t* history = reinterpret_cast<int32_t*>(base + layout.history);
   int32_t* placeholders = reinterpret_cast<int32_t*>(base + layout.placeholders);
+  int32_t* bias_entries = reinterpret_cast<int32_t*>(base + layout.bias_entries);
+  int32_t* mask_rows = reinterpret_cast<int32_t*>(base + layout.mask_rows);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(base + layout.masks);
+  int64_t num_bias_entries = 0, num_masks = 0;
   const int64_t width = layout.table_width;
   int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0, num_placeholders = 0;
   // A placeholder at i32 index `at` of the staging buffer takes the previous step's id of `id`.
@@ -227,25 +260,33 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   };
   slot.id_index.clear();
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
+  const int64_t num_groups = layout.num_groups, group_table_ints = layout.num_seqs * width;
   for (int64_t b = 0; b < num_rows; ++b) {
     const ScheduledRequest& row = plan.rows[static_cast<size_t>(b)];
     cu_seqlens_q[b] = token;
     seq_lens_k[b] = row.context_len();
-    int32_t* table = block_tables + b * width;
-    CHECK(static_cast<int64_t>(row.block_table.size()) <= width);
-    std::copy(row.block_table.begin(), row.block_table.end(), table);
-    std::fill(table + row.block_table.size(), table + width, kNoBlock);
+    CHECK_MSG(static_cast<int64_t>(row.block_tables.size()) == num_groups,
+              "[runner] request {} has {} block tables for {} KV cache groups", row.request_id,
+              row.block_tables.size(), num_groups);
+    for (int64_t g = 0; g < num_groups; ++g) {
+      const std::vector<BlockId>& group_table = row.block_tables[static_cast<size_t>(g)];
+      int32_t* table = block_tables + g * group_table_ints + b * width;
+      CHECK(static_cast<int64_t>(group_table.size()) <= width);
+      std::copy(group_table.begin(), group_table.end(), table);
+      std::fill(table + group_table.size(), table + width, kNoBlock);
+      for (int i = 0; i < row.num_new_tokens(); ++i)
+        slot_mapping[g * layout.num_tokens + token + i] = slot_of_position(group_table, row.start_pos + i, block_size_);
+    }
     for (int i = 0; i < row.num_new_tokens(); ++i, ++token) {
       const int pos = row.start_pos + i;
       const TokenId id = row.token_ids[static_cast<size_t>(i)];
       token_ids[token] = id == kPlaceholderToken ? placeholder(layout.token_ids + 4 * static_cast<size_t>(token), row.request_id) : id;
       positions[token] = pos;
-      slot_mapping[token] = slot_of_position(row.block_table, pos, block_size_);
     }
     if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
     int32_t id_index = sampling_row;
-    if (has_penalties(p)) {
+    if (uses_penalised_copy(row)) {
       // Its draw runs on the penalised copy; the raw row keeps its argmax (unused) and is not drawn.
       sample_params[sampling_row] = sampling::RowParams{};
       penalty_params[penalised_row] = device_sample_params(row);
@@ -265,6 +306,20 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
         history[history_ids] =
             id == kPlaceholderToken ? placeholder(layout.history + 4 * static_cast<size_t>(history_ids), row.request_id) : id;
       }
+      for (const auto& [token_id, bias] : p.logit_bias) {
+        int32_t* entry = bias_entries + 3 * num_bias_entries++;
+        entry[0] = penalised_row;
+        entry[1] = token_id;
+        std::memcpy(&entry[2], &bias, sizeof(bias));
+      }
+      if (row.token_mask) {
+        CHECK_MSG(static_cast<int64_t>(row.token_mask->size()) >= layout.mask_words,
+                  "[runner] request {}: a token mask of {} words for {} ", row.request_id, row.token_mask->size(),
+                  layout.mask_words);
+        mask_rows[num_masks] = penalised_row;
+        std::memcpy(masks + num_masks * layout.mask_words, row.token_mask->data(), 4 * layout.mask_words);
+        ++num_masks;
+      }
       id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
     } else {
       sample_params[sampling_row] = device_sample_params(row);
@@ -277,10 +332,13 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
     cu_seqlens_q[b] = token;
     seq_lens_k[b] = 0;
-    std::fill(block_tables + b * width, block_tables + (b + 1) * width, kNoBlock);
+    for (int64_t g = 0; g < num_groups; ++g) {
+      int32_t* table = block_tables + g * group_table_ints + b * width;
+      std::fill(table, table + width, kNoBlock);
+      slot_mapping[g * layout.num_tokens + token] = -1;
+    }
     token_ids[token] = 0;
     positions[token] = 0;
-    slot_mapping[token] = -1;
     sample_params[sampling_row] = sampling::RowParams{};  // temperature 0: Backend::sample skips it
     logits_rows[sampling_row++] = token;
   }
@@ -288,7 +346,8 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   if (state_slots_) state_slots_->write(reinterpret_cast<int32_t*>(base + layout.state_slots), layout.num_seqs);
   CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows);
   CHECK(penalised_row == layout.num_penalised && logprob_row == layout.num_logprob_rows &&
-        history_ids == layout.num_history_ids && num_placeholders == layout.num_placeholders);
+        history_ids == layout.num_history_ids && num_placeholders == layout.num_placeholders &&
+        num_bias_entries == layout.num_bias_entries && num_masks == layout.num_masks);
 }
 
 TensorView ModelRunner::device_staging(const StepSlot& slot) const {
@@ -319,6 +378,13 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
   batch.seq_lens_k = view(layout.seq_lens_k, {layout.num_seqs}, DType::kI32);
   batch.logits_rows = view(layout.logits_rows, {layout.num_logits_rows}, DType::kI32);
   batch.block_tables = view(layout.block_tables, {layout.num_seqs, layout.table_width}, DType::kI32);
+  for (int64_t g = 1; g < layout.num_groups; ++g) {
+    batch.more_slot_mappings.push_back(
+        view(layout.slot_mapping + static_cast<size_t>(8 * g * layout.num_tokens), {layout.num_tokens}, DType::kI64));
+    batch.more_block_tables.push_back(
+        view(layout.block_tables + static_cast<size_t>(4 * g * layout.num_seqs * layout.table_width),
+             {layout.num_seqs, layout.table_width}, DType::kI32));
+  }
   if (state_slots_) batch.state_slots = view(layout.state_slots, {layout.num_seqs}, DType::kI32);
   return batch;
 }
@@ -358,28 +424,34 @@ void ModelRunner::launch(const StepPlan& plan) {
   const StepSlot* previous = num_launched_ > 0 ? slots_[(oldest_launched_ + num_launched_ - 1) % 2].get() : nullptr;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
-  int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0;
+  int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
   bool decode_only = true;
   for (const ScheduledRequest& row : plan.rows) {
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(row.block_table.size()));
+    for (const std::vector<BlockId>& table : row.block_tables)
+      max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(table.size()));
     max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
     max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
     decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
     if (!row.is_sampling) continue;
-    if (has_penalties(*row.sampling)) {
+    if (uses_penalised_copy(row)) {
       ++num_penalised;
       num_history_ids += static_cast<int64_t>(row.history_token_ids.size());
+      num_bias_entries += static_cast<int64_t>(row.sampling->logit_bias.size());
+      num_masks += row.token_mask ? 1 : 0;
     }
     if (row.sampling->num_logprobs.has_value()) ++num_logprob_rows;
   }
   const int64_t num_placeholders = count_placeholders(plan);
   const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
-  const StepLayout layout =
-      bucket > 0 ? StepLayout(bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
+  const int64_t g = kv_groups_.num_groups();
+  StepLayout layout =
+      bucket > 0 ? StepLayout(g, bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
                               num_history_ids, num_placeholders)
-                 : StepLayout(plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
+                 : StepLayout(g, plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
                               num_logprob_rows, num_history_ids, num_placeholders);
+  if (num_bias_entries + num_masks > 0)
+    layout.add_constraints(num_bias_entries, num_masks, (model_.config().vocab_size + 31) / 32);
   reserve(layout, slot);
   pack(plan, layout, slot, previous);
   upload(layout, slot);
@@ -418,14 +490,14 @@ int ModelRunner::capture_decode_graphs(int max_num_seqs, int max_num_batched_tok
   if (state_slots_) state_slots_->bind(StepPlan{});  // every row is padding (the scratch state slot)
   StepSlot& slot = *slots_[oldest_launched_];
   const int64_t prefill_rows = std::min<int64_t>(max_num_seqs, max_num_batched_tokens);
-  reserve(StepLayout(max_num_batched_tokens, prefill_rows, prefill_rows, top_width), slot);
+  reserve(StepLayout(kv_groups_.num_groups(), max_num_batched_tokens, prefill_rows, prefill_rows, top_width), slot);
   int captured = 0;
   // Largest first: the first capture sizes the staging, logits and scratch buffers for all others.
   for (auto bucket = std::rbegin(kGraphBuckets); bucket != std::rend(kGraphBuckets); ++bucket) {
     if (*bucket > top_bucket) continue;
     for (int64_t width = top_width; width >= graph_table_width(1); width /= 2) {
       if (graphs_.contains({*bucket, width})) continue;
-      const StepLayout layout(*bucket, *bucket, *bucket, width);
+      const StepLayout layout(kv_groups_.num_groups(), *bucket, *bucket, *bucket, width);
       reserve(layout, slot);
       pack(StepPlan{}, layout, slot, nullptr);
       upload(layout, slot);
@@ -465,7 +537,7 @@ void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& l
   bool any_draw = false, any_penalised_draw = false;
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling || row.sampling->is_greedy()) continue;
-    (has_penalties(*row.sampling) ? any_penalised_draw : any_draw) = true;
+    (uses_penalised_copy(row) ? any_penalised_draw : any_draw) = true;
   }
   const int64_t rows = layout.num_logits_rows, penalised = layout.num_penalised;
   const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab], raw
@@ -477,6 +549,12 @@ void ModelRunner::sample_after_forward(const StepPlan& plan, const StepLayout& l
     const TensorView history = staged(slot, layout.history, {layout.num_history_ids}, DType::kI32);
     backend_.apply_penalties(penalised_logits, logits,
                              staged_rows(slot, layout.penalty_rows, penalised, sizeof(sampling::PenaltyRow)), history);
+    if (layout.num_bias_entries > 0)
+      backend_.add_logit_bias(penalised_logits, staged(slot, layout.bias_entries, {layout.num_bias_entries, 3}, DType::kI32));
+    if (layout.num_masks > 0)
+      backend_.apply_token_bitmask(penalised_logits,
+                                   staged(slot, layout.masks, {layout.num_masks, layout.mask_words}, DType::kI32),
+                                   staged(slot, layout.mask_rows, {layout.num_masks}, DType::kI32));
     const TensorView penalised_ids = ids.slice_rows(rows, rows + penalised);
     backend_.argmax(penalised_ids, penalised_logits);
     if (any_penalised_draw)
@@ -512,7 +590,7 @@ StepResult ModelRunner::read_back(const StepPlan& plan, const StepSlot& slot) co
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
-    const int64_t id_index = has_penalties(p) ? layout.num_logits_rows + penalised++ : r;
+    const int64_t id_index = uses_penalised_copy(row) ? layout.num_logits_rows + penalised++ : r;
     SampledToken sampled{row.request_id, ids[id_index], std::nullopt};
     if (p.num_logprobs.has_value()) {
       const int32_t* top_ids = slot.logprob_ids_host.ptr<int32_t>() + logprob_row * kLogprobColumns;

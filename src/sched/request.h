@@ -71,6 +71,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;      // [-2, 2], on output tokens
   float repetition_penalty = 1.0f;     // > 0, on prompt + output tokens; 1 = off
   std::optional<int> num_logprobs;     // top-K alternatives per sampled token; nullopt = none
+  std::vector<std::pair<TokenId, float>> logit_bias;  // added to those tokens' logits before sampling
 
   bool is_greedy() const { return temperature == 0.0f; }
   // True when sampling depends on earlier tokens (penalties): the plan then carries the history.

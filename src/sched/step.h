@@ -18,8 +18,12 @@
 //   positions       start_pos, start_pos + 1, ..., start_pos + q_len - 1      [T]
 //   cu_seqlens_q    0, q_len(0), q_len(0) + q_len(1), ...                     [B + 1]
 //   seq_lens_k      start_pos + q_len  (context length after this step)       [B]
-//   block_tables    row.block_table, padded with -1 to the longest            [B, max_blocks]
-//   slot_mapping    block_table[p / block_size] * block_size + p % block_size [T]  (cache/slot_mapping.h)
+//   block_tables    row.block_tables[g], padded with -1 to the longest        [G][B, max_blocks]
+//   slot_mapping    block_tables[g][p / block_size] * block_size + p % block_size  [G][T]  (cache/slot_mapping.h)
+//
+// G = KV cache groups (cache/kv_cache_groups.h): 1 unless the model mixes full and sliding-window
+// layers. All tables of a row have the same length; a sliding group's entries before its window
+// are kNoBlock (released), and only positions the step reads or writes are ever looked up.
 //   logits_rows     cu_seqlens_q[b + 1] - 1 for rows with is_sampling          [num sampling rows]
 //
 // Then StepResult::sampled holds one SampledToken per sampling row, in row order, and the engine
@@ -40,7 +44,8 @@ struct ScheduledRequest {
   RequestId request_id = 0;
   std::vector<TokenId> token_ids;     // [num_new_tokens] tokens to compute, positions start_pos..
   int start_pos = 0;                  // = the request's num_tokens_computed before this step
-  std::vector<BlockId> block_table;   // [ceil((start_pos + num_new_tokens) / block_size)] copy
+  // [G][ceil((start_pos + num_new_tokens) / block_size)]: a copy of each KV cache group's table
+  std::vector<std::vector<BlockId>> block_tables;
   bool is_sampling = false;           // after this step every known token is computed: sample one
   bool is_new = false;                // first row since admission (also after preemption): the
                                       // runner (re)initialises per-request state (GDN state slot)
@@ -48,6 +53,9 @@ struct ScheduledRequest {
   int num_output_tokens = 0;          // generated before this step; a counter-based RNG keyed by
                                       // (seed, num_output_tokens) stays batch- and preemption-invariant
   std::shared_ptr<const SamplingParams> sampling;  // never null
+  // Structured outputs: the tokens this row may sample ([ceil(vocab / 32)] words, bit v % 32 of word
+  // v / 32), set by the engine from the request's grammar after schedule(); null = any token.
+  std::shared_ptr<const std::vector<uint32_t>> token_mask;
   // Prompt + outputs so far (= all tokens of the request), filled only on sampling rows whose
   // params need it (penalties: sampling->needs_token_history()); empty otherwise.
   std::vector<TokenId> history_token_ids;

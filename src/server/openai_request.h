@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sched/request.h"
+#include "structured/structured.h"
 #include "server/api_error.h"
 #include "server/tool_parser_choice.h"
 #include "tokenizer/chat_template.h"
@@ -33,6 +34,9 @@ struct ParseOptions {
 // Fields shared by /v1/completions and /v1/chat/completions.
 struct CommonFields {
   SamplingParams sampling;            // max_tokens is set per prompt by fit_max_tokens()
+  // Structured outputs (structured_request.h): what the text must match, and the field that said so.
+  std::optional<structured::Constraint> constraint;
+  std::string constraint_param;
   std::optional<int64_t> max_tokens;  // as given (max_tokens or max_completion_tokens)
   std::vector<std::string> stop;
   int n = 1;

@@ -8,6 +8,7 @@
 #include "server/openai_logprobs.h"
 #include "server/openai_response.h"
 #include "server/reasoning_parser.h"
+#include "server/structured_request.h"
 #include "server/tool_parser_choice.h"
 
 namespace pagellm::server {
@@ -76,6 +77,14 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
     return bad_request(fmt::format("[openai] prompts × n is {}, more than this server ever runs at once "
                                    "(--max-waiting {})", generation.prompts.size() * static_cast<size_t>(n),
                                    max_waiting), "n");
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (generation.common.constraint) {
+    auto compiler = context.engine->grammar_compiler();
+    if (!compiler.has_value()) return api_error_from_status(compiler.status(), generation.common.constraint_param);
+    auto compiled = (*compiler)->compile(*generation.common.constraint);
+    if (!compiled.has_value()) return api_error_from_status(compiled.status(), generation.common.constraint_param);
+    grammar = std::move(compiled).value();
+  }
   std::vector<GenerateRequest> requests;
   for (const Prompt& prompt : generation.prompts) {
     int max_tokens = 0;
@@ -92,6 +101,7 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
       request.stop_strings = generation.common.stop;
       request.skip_special_tokens = generation.common.skip_special_tokens;
       request.include_stop_string = generation.common.include_stop_str_in_output;
+      request.grammar = grammar;
       requests.push_back(std::move(request));
     }
   }
@@ -293,6 +303,7 @@ void handle_completions(const ServingContext& context, const HttpRequest& reques
   std::optional<ApiError> error = parse_json_body(request.body, body);
   if (!error) error = parse_completion_request(body, context.parse_options, parsed);
   if (!error) apply_generation_defaults(body, context.generation_defaults, parsed.common);
+  if (!error) error = read_structured_output(body, parsed.common);
   Generation generation;
   generation.meta = new_response_meta(ApiKind::kCompletion, answered_model_name(context, body));
   for (size_t i = 0; !error && i < parsed.prompt_texts.size(); ++i) {
@@ -323,6 +334,8 @@ void handle_chat_completions(const ServingContext& context, const HttpRequest& r
   std::optional<ApiError> error = parse_json_body(request.body, body);
   if (!error) error = parse_chat_request(body, context.parse_options, parsed);
   if (!error) apply_generation_defaults(body, context.generation_defaults, parsed.common);
+  if (!error) error = read_structured_output(body, parsed.common);
+  if (!error) error = add_tool_choice_constraint(parsed.guided_json_schema, parsed.common);
   if (!error) error = check_tool_choice_servable(parsed, context.parse_options);
   if (!error && (!context.chat_template || !context.tokenizer))
     error = bad_request(context.chat_template_error, "messages", "not_supported");
