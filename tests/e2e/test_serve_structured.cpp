@@ -1,0 +1,170 @@
+// Structured outputs through the real server on a random-weight model: whatever the weights, a
+// constrained answer parses and keeps its schema, ends with "stop", and tool_choice required / named
+// give calls whose arguments parse and match the function's parameters; logit_bias steers greedy
+// decoding; bad constraints are 400s naming their field.
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http_test_client.h"
+#include "serve_process.h"
+
+namespace pagellm::e2e {
+namespace {
+
+using nlohmann::json;
+
+class ServeStructuredTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = std::make_unique<ServeProcess>(); }
+  static void TearDownTestSuite() { server_.reset(); }
+  static int port() { return server_->port(); }
+  static std::unique_ptr<ServeProcess> server_;
+};
+std::unique_ptr<ServeProcess> ServeStructuredTest::server_;
+
+json chat(const std::string& content, json extra) {
+  json body = {{"model", kModelName}, {"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 400},
+               {"temperature", 1.0}};
+  body.update(extra);
+  return body;
+}
+
+const json kPersonSchema = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "role": {"enum": ["admin", "user"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
+    "boss": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}]}
+  },
+  "required": ["name", "age", "role", "tags", "boss"],
+  "additionalProperties": false
+})");
+
+void expect_person(const json& person) {
+  ASSERT_TRUE(person.is_object()) << person.dump();
+  EXPECT_EQ(person.size(), 5u) << person.dump();
+  EXPECT_TRUE(person["name"].is_string() && person["name"].get<std::string>().size() <= 12 * 4) << person.dump();
+  EXPECT_TRUE(person["age"].is_number_integer() && person["age"] >= 0 && person["age"] <= 120) << person.dump();
+  EXPECT_TRUE(person["role"] == "admin" || person["role"] == "user") << person.dump();
+  EXPECT_TRUE(person["tags"].is_array() && person["tags"].size() <= 3) << person.dump();
+  EXPECT_TRUE(person["boss"].is_null() || person["boss"]["id"].is_number_integer()) << person.dump();
+}
+
+TEST_F(ServeStructuredTest, JsonSchemaOutputsParseAndEndWithStop) {
+  for (int seed : {1, 2, 3, 4}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const HttpResult r = http_post_json(
+        port(), "/v1/chat/completions",
+        chat("A person, please", {{"seed", seed},
+                                  {"response_format", {{"type", "json_schema"},
+                                                       {"json_schema", {{"name", "person"}, {"schema", kPersonSchema}}}}}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json choice = r.json()["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    expect_person(json::parse(choice["message"]["content"].get<std::string>(), nullptr, false));
+  }
+}
+
+TEST_F(ServeStructuredTest, JsonObjectRegexChoiceAndGrammar) {
+  const json object = http_post_json(port(), "/v1/chat/completions",
+                                     chat("Any JSON", {{"seed", 7}, {"response_format", {{"type", "json_object"}}}}))
+                          .json();
+  // Any object may hold free text, which random weights rarely close within max_tokens: the text is
+  // an object's beginning, and a whole object when the model stopped.
+  const std::string text = object["choices"][0]["message"]["content"];
+  EXPECT_EQ(text.rfind("{", 0), 0u) << text;
+  if (object["choices"][0]["finish_reason"] == "stop")
+    EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text;
+  const json completion = {{"model", kModelName}, {"prompt", "Code:"}, {"max_tokens", 40}, {"temperature", 1.0}};
+  json regex = completion;
+  regex["guided_regex"] = "[0-9]{3}-[a-z]{2,4}";
+  const std::string code = http_post_json(port(), "/v1/completions", regex).json()["choices"][0]["text"];
+  EXPECT_TRUE(std::regex_match(code, std::regex("[0-9]{3}-[a-z]{2,4}"))) << code;
+  json choice = completion;
+  choice["structured_outputs"] = {{"choice", {"red", "green", "blue"}}};
+  const std::string color = http_post_json(port(), "/v1/completions", choice).json()["choices"][0]["text"];
+  EXPECT_TRUE(color == "red" || color == "green" || color == "blue") << color;
+  json grammar = completion;
+  grammar["guided_grammar"] = R"g(root ::= "(" num ("+" num)* ")"
+num ::= [1-9] [0-9]?)g";
+  const std::string sum = http_post_json(port(), "/v1/completions", grammar).json()["choices"][0]["text"];
+  EXPECT_TRUE(std::regex_match(sum, std::regex(R"(\([1-9][0-9]?(\+[1-9][0-9]?)*\))"))) << sum;
+}
+
+const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
+  "type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "days": {"type": "integer"}},
+  "required": ["city", "days"]}}},
+  {"type": "function", "function": {"name": "get_time", "parameters": {
+  "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}])");
+
+void expect_valid_call(const json& call) {
+  ASSERT_TRUE(call["function"]["arguments"].is_string()) << call.dump();
+  const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  if (call["function"]["name"] == "get_weather") {
+    EXPECT_TRUE(args["city"].is_string() && args["days"].is_number_integer()) << call.dump();
+  } else {
+    EXPECT_EQ(call["function"]["name"], "get_time") << call.dump();
+    EXPECT_TRUE(args["zone"] == "UTC" || args["zone"] == "CET") << call.dump();
+  }
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_TRUE(call["id"].is_string());
+}
+
+TEST_F(ServeStructuredTest, NamedAndRequiredToolChoiceGiveSchemaValidCalls) {
+  for (int seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const json named = http_post_json(port(), "/v1/chat/completions",
+                                      chat("Weather?", {{"seed", seed},
+                                                        {"tools", kTools},
+                                                        {"tool_choice", {{"type", "function"},
+                                                                         {"function", {{"name", "get_weather"}}}}}}))
+                           .json();
+    const json message = named["choices"][0]["message"];
+    ASSERT_EQ(message["tool_calls"].size(), 1u) << named.dump();
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+    expect_valid_call(message["tool_calls"][0]);
+    const json required = http_post_json(port(), "/v1/chat/completions",
+                                         chat("Anything", {{"seed", seed}, {"tools", kTools}, {"tool_choice", "required"},
+                                                           {"parallel_tool_calls", false}}))
+                              .json();
+    const json calls = required["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 1u) << required.dump();
+    expect_valid_call(calls[0]);
+    EXPECT_EQ(required["choices"][0]["finish_reason"], "tool_calls");
+  }
+}
+
+TEST_F(ServeStructuredTest, LogitBiasSteersGreedyDecoding) {
+  const json body = {{"model", kModelName}, {"prompt", {1, 2, 3}}, {"max_tokens", 6}, {"temperature", 0},
+                     {"logit_bias", {{"4242", 100}}}};
+  const HttpResult r = http_post_json(port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json tokenized = http_post_json(port(), "/tokenize", {{"model", kModelName}, {"prompt", r.json()["choices"][0]["text"]}}).json();
+  EXPECT_EQ(tokenized["tokens"], json(std::vector<int>(6, 4242))) << r.body;
+}
+
+TEST_F(ServeStructuredTest, BadConstraintsAreBadRequests) {
+  auto refused = [&](const json& extra) {
+    return http_post_json(port(), "/v1/chat/completions", chat("x", extra)).json()["error"];
+  };
+  json error = refused({{"guided_json", {{"type", "object"}, {"not", {{"type", "null"}}}}}});
+  EXPECT_EQ(error["param"], "guided_json");
+  EXPECT_NE(error["message"].get<std::string>().find("unsupported JSON Schema keyword 'not'"), std::string::npos);
+  error = refused({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a+"}});
+  EXPECT_EQ(error["param"], "guided_regex");
+  error = refused({{"guided_regex", "(a"}});
+  EXPECT_EQ(error["param"], "guided_regex");
+  error = refused({{"logit_bias", {{"12", 300}}}});
+  EXPECT_EQ(error["param"], "logit_bias");
+  error = refused({{"response_format", {{"type", "yaml"}}}});
+  EXPECT_EQ(error["param"], "response_format.type");
+}
+
+}  // namespace
+}  // namespace pagellm::e2e
