@@ -37,7 +37,9 @@ inline int64_t slot_of_position(std::span<const BlockId> block_table, int64_t po
   const int64_t block_index = pos / block_size;
   CHECK_MSG(pos >= 0 && block_index < static_cast<int64_t>(block_table.size()),
             "position {} outside a block table of {} blocks", pos, block_table.size());
-  return static_cast<int64_t>(block_table[block_index]) * block_size + pos % block_size;
+  const BlockId block = block_table[block_index];
+  CHECK_MSG(block != kNoBlock, "position {} is in a released block (outside a sliding window)", pos);
+  return static_cast<int64_t>(block) * block_size + pos % block_size;
 }
 
 // Appends the slots of positions [start_pos, start_pos + num_tokens) to `slots`.

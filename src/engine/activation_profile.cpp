@@ -20,8 +20,10 @@ Expected<ActivationProfile> profile_activations(Model& model, Backend& backend, 
     ScheduledRequest row;
     row.request_id = 1;
     row.token_ids.assign(static_cast<size_t>(num_tokens), 0);
-    row.block_table.resize(static_cast<size_t>(num_blocks));
-    std::iota(row.block_table.begin(), row.block_table.end(), 0);
+    // Every KV cache group gets the same blocks: the values written do not matter here.
+    std::vector<BlockId> table(static_cast<size_t>(num_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    row.block_tables.assign(static_cast<size_t>(runner.kv_groups().num_groups()), table);
     row.is_sampling = true;
     row.is_new = true;
     row.num_prompt_tokens = num_tokens;

@@ -47,7 +47,12 @@ class DecoderModel final : public Model {
   Status load(const Checkpoint& checkpoint);
   const ModelConfig& config() const override { return config_; }
   MemorySpec memory_spec() const override {
-    return MemorySpec{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, config_.dtype};
+    MemorySpec spec{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, config_.dtype};
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+      const int32_t window = attention_options(i).sliding_window;
+      spec.attention_windows.push_back(window > 0 ? window : -1);  // -1 = full
+    }
+    return spec;
   }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 

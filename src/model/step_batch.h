@@ -5,6 +5,12 @@
 //   positions   restart per sequence: seq s's first new token sits at seq_lens_k[s] - q_len(s)
 //   slot_mapping[t] = block_tables[s][pos / block_size] * block_size + pos % block_size  (-1 = skip)
 //   logits_rows: indices t of the tokens whose next-token logits are wanted (last of each sampling seq)
+//
+// KV cache groups (cache/kv_cache_groups.h): a model with full and sliding-window layers has one
+// block table and one slot mapping per group; group 0's are block_tables / slot_mapping, group
+// g >= 1's are more_block_tables[g - 1] / more_slot_mappings[g - 1]. KvCacheView::group says which
+// a layer uses. A sliding group's table holds kNoBlock (-1) before each sequence's window: the
+// attention op reads a table only at keys its queries can see, so those entries are never read.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +33,23 @@ struct StepBatch {
   TensorView slot_mapping;  // [T], i64
   TensorView logits_rows;   // [R], i32
   TensorView state_slots;   // [B], i32: GDN state slot of each sequence (hybrid models; else empty)
+  std::vector<TensorView> more_block_tables;   // [G - 1]: KV cache groups 1.. ([B, max_blocks], i32 each)
+  std::vector<TensorView> more_slot_mappings;  // [G - 1]: ([T], i64 each)
+
+  const TensorView& block_tables_of(int32_t group) const {
+    return group == 0 ? block_tables : more_block_tables.at(static_cast<size_t>(group - 1));
+  }
+  const TensorView& slot_mapping_of(int32_t group) const {
+    return group == 0 ? slot_mapping : more_slot_mappings.at(static_cast<size_t>(group - 1));
+  }
 };
 
 // The KV cache of one attention layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim],
-// in the model's activation dtype.
+// in the model's activation dtype (layers of different KV cache groups may share these tensors).
 struct KvCacheView {
   TensorView k;
   TensorView v;
+  int32_t group = 0;  // the KV cache group whose block tables and slot mapping the layer uses
 };
 
 // The recurrent state of one Gated DeltaNet layer, one slot per running sequence (cache/state_cache.h).
@@ -53,6 +69,9 @@ struct MemorySpec {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   DType kv_dtype = DType::kF32;
+  // [num_attention_layers]: each attention layer's sliding window in tokens, -1 = full attention.
+  // Empty = every layer full. Sliding layers get KV cache groups of their own (cache/kv_cache_groups.h).
+  std::vector<int32_t> attention_windows{};
   // Hybrid models: per GDN layer and state slot, a conv state [conv_dim, conv_kernel - 1] in
   // state_dtype and a recurrent state [Hv, dk, dv] in f32.
   int64_t num_gdn_layers = 0;
@@ -62,7 +81,8 @@ struct MemorySpec {
   int64_t gdn_key_head_dim = 0;
   int64_t gdn_value_head_dim = 0;
   DType state_dtype = DType::kF32;
-  // Bytes one block of `block_size` tokens costs across all attention layers (K and V).
+  // Bytes one block of `block_size` tokens costs across all attention layers (K and V): the block of a
+  // model with one KV cache group (a grouped cache's block holds KvCacheGroups::layers_per_group layers).
   int64_t kv_bytes_per_block(int64_t block_size) const {
     return 2 * num_attention_layers * block_size * num_kv_heads * head_dim *
            static_cast<int64_t>(dtype_size_bytes(kv_dtype));

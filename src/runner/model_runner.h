@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/sampling_math.h"
+#include "cache/kv_cache_groups.h"
 #include "model/model.h"
 #include "runner/state_slot_binder.h"
 #include "sched/step.h"
@@ -31,8 +32,9 @@ namespace pagellm {
 
 class ModelRunner {
  public:
-  // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per attention layer, and for a
-  // hybrid model the GDN state of num_state_slots running requests (state_slot_binder.h).
+  // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per tensor slot of the model's
+  // KV cache groups (cache/kv_cache_groups.h: one per attention layer when all layers are of one
+  // kind), and for a hybrid model the GDN state of num_state_slots running requests (state_slot_binder.h).
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1);
   ~ModelRunner();
 
@@ -52,8 +54,13 @@ class ModelRunner {
   // The seed a request samples with: its own, or one drawn when it first appears, kept until the
   // plan says it finished (a preempted request keeps its seed, so it resamples the same tokens).
   uint64_t seed_for(const ScheduledRequest& row);
+  // Seeds the stream drawn seeds come from (engine --seed): the same requests in the same order then
+  // sample the same tokens from run to run. Without it the stream starts from the clock.
+  void set_seed_stream(uint64_t seed) { next_seed_state_ = seed; }
 
   const CacheViews& caches() const { return caches_; }
+  // The KV cache groups of the model: every plan row carries one block table per group.
+  const KvCacheGroups& kv_groups() const { return kv_groups_; }
   // Hybrid models: frees a finished request's state slot at once; slots in use (0 when idle).
   void release_state(RequestId id) {
     if (state_slots_) state_slots_->release(id);
@@ -108,7 +115,8 @@ class ModelRunner {
   Model& model_;
   Backend& backend_;
   int block_size_;
-  std::vector<Tensor> cache_tensors_;
+  KvCacheGroups kv_groups_;
+  std::vector<Tensor> cache_tensors_;  // K and V of each tensor slot
   CacheViews caches_;
   std::unique_ptr<StateSlotBinder> state_slots_;  // hybrid models only
   std::unordered_map<RequestId, uint64_t> drawn_seeds_;

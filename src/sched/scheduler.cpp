@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/kv_cache_budget.h"
 #include "cache/slot_mapping.h"
 #include "core/check.h"
 
@@ -20,14 +21,23 @@ Status SchedulerConfig::validate() const {
     return invalid_argument("[scheduler] long_prefill_token_threshold must be >= 0, got {}",
                             long_prefill_token_threshold);
   }
+  for (int32_t window : kv_group_windows) {
+    if (window != kFullAttention && window < 1)
+      return invalid_argument("[scheduler] a KV cache group window must be >= 1 or -1 (full), got {}", window);
+  }
   return Status::ok();
+}
+
+int SchedulerConfig::max_step_tokens() const {
+  return long_prefill_token_threshold > 0 ? std::min(long_prefill_token_threshold, max_num_batched_tokens)
+                                          : max_num_batched_tokens;
 }
 
 namespace {
 KvCacheConfig kv_config_of(const SchedulerConfig& config) {
   const Status status = config.validate();
   CHECK_MSG(status.is_ok(), "{}", status.message());
-  return KvCacheConfig{config.num_blocks, config.block_size, config.enable_prefix_caching};
+  return KvCacheConfig{config.num_blocks, config.block_size, config.enable_prefix_caching, config.kv_group_windows};
 }
 }  // namespace
 
@@ -47,9 +57,10 @@ Status Scheduler::add(Request request) {
     return invalid_argument("[scheduler] prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
                             num_prompt_tokens, max_tokens, config_.max_model_len);
   }
-  // The last sampled token never needs KV; everything before it must fit at once.
-  const int num_blocks_needed =
-      num_blocks_for_tokens(num_prompt_tokens + max_tokens - 1, config_.block_size);
+  // The last sampled token never needs KV; everything before it (or a sliding group's window of it)
+  // must fit at once.
+  const int64_t num_blocks_needed = max_blocks_per_request(config_.kv_group_windows, num_prompt_tokens + max_tokens - 1,
+                                                           config_.block_size, config_.max_step_tokens());
   if (num_blocks_needed > config_.num_blocks) {
     return invalid_argument(
         "[scheduler] prompt of {} tokens + max_tokens {} needs {} KV blocks of {} tokens, but the "
@@ -182,10 +193,12 @@ ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
   const auto tokens = request.token_ids().subspan(row.start_pos, num_known);
   row.token_ids.assign(tokens.begin(), tokens.end());
   row.token_ids.resize(static_cast<size_t>(entry.num_new_tokens), kPlaceholderToken);
-  const auto table = kv_cache_.block_table(request.id());
-  row.block_table.assign(table.begin(), table.end());
-  CHECK(static_cast<int>(row.block_table.size()) >=
-        num_blocks_for_tokens(row.context_len(), config_.block_size));
+  row.block_tables.resize(static_cast<size_t>(kv_cache_.num_groups()));
+  for (int g = 0; g < kv_cache_.num_groups(); ++g) {
+    const auto table = kv_cache_.block_table(request.id(), g);
+    row.block_tables[static_cast<size_t>(g)].assign(table.begin(), table.end());
+    CHECK(static_cast<int>(table.size()) >= num_blocks_for_tokens(row.context_len(), config_.block_size));
+  }
   row.is_sampling = row.context_len() == request.num_planned_tokens();
   row.is_new = entry.is_new;
   row.num_prompt_tokens = request.num_prompt_tokens();

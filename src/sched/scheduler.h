@@ -22,7 +22,9 @@
 //   step 4: A 1, B 1, C 2 (last chunk: C samples)                          step 5: A, B, C decode
 //
 // Progress: the oldest running request is never preempted by a younger one, and add() rejects any
-// request that could not fit in the whole cache alone, so every request finishes.
+// request that could not fit in the whole cache alone (max_blocks_per_request in
+// cache/kv_cache_budget.h, which counts a sliding group's window rather than its whole length), so
+// every request finishes.
 #pragma once
 
 #include <cstdint>
@@ -47,10 +49,15 @@ struct SchedulerConfig {
   int max_model_len = 4096;           // prompt + max_tokens at most
   bool enable_prefix_caching = true;  // off for hybrid models
   int long_prefill_token_threshold = 0;  // > 0: at most this many tokens per request per step
+  // KV cache groups (cache/kv_cache_groups.h): the window of each, kFullAttention (-1) for full
+  // attention. Empty = one full-attention group. Each row of a plan carries one block table per group.
+  std::vector<int32_t> kv_group_windows;
   // Note: with max_num_batched_tokens < max_num_seqs, the newest decodes can wait for a step
   // (older requests are served first); correct, but set the budget >= max_num_seqs for fairness.
 
   Status validate() const;  // "[scheduler] max_num_seqs must be >= 1, got 0"
+  // Tokens one request gets per step at most.
+  int max_step_tokens() const;
 };
 
 // One request's news from a commit: a new token, a finish, or both.
@@ -71,7 +78,7 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_query_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
-  int num_kv_blocks_used = 0;
+  int num_kv_blocks_used = 0;   // all groups (one pool)
   int num_kv_blocks_total = 0;
 };
 

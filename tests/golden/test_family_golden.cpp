@@ -2,14 +2,22 @@
 // fixtures (tools/hf_golden_families.py, tests/golden/families/README.md), through the contiguous
 // path on every backend of this build and through the paged engine on the CPU: alone, all at once
 // with tiny chunks and blocks (prefill chunks and block edges fall inside and across the 8-token
-// windows), with prefix-cache hits, and under block exhaustion (preemption by recompute).
+// windows), with prefix-cache hits, and under block exhaustion (preemption by recompute). The
+// sliding-window families run on KV cache groups (cache/kv_cache_groups.h): their sliding layers
+// release the blocks that left the window while a request runs, and the tokens stay exact.
+#include <algorithm>
+#include <iostream>
 #include <set>
 
 #include <gtest/gtest.h>
 
+#include "cache/kv_cache_budget.h"
+#include "cache/kv_cache_groups.h"
 #include "golden_util.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "runner/model_runner.h"
+#include "sched/scheduler.h"
 
 namespace pagellm {
 namespace {
@@ -50,6 +58,8 @@ std::vector<std::string> f32_fixtures() {
 }
 
 class FamilyEngine : public ::testing::TestWithParam<std::string> {};
+
+std::vector<int32_t> layer_windows(const ModelConfig& config);
 
 void expect_engine_matches(const fs::path& dir, EngineConfig config, const std::vector<GoldenCase>& cases,
                            int repeats = 1) {
@@ -92,17 +102,114 @@ TEST_P(FamilyEngine, AloneBatchedChunkedCachedAndPreempted) {
     expect_engine_matches(dir, config, cases, 2);
   }
   {
-    SCOPED_TRACE("a KV budget of 40 blocks of 4 tokens: requests preempt each other");
+    SCOPED_TRACE("a KV budget that fits the longest request alone: requests preempt each other");
     auto model_config = load_model_config((dir / "config.json").string());
     ASSERT_TRUE(model_config.has_value());
+    const std::vector<int32_t> windows = layer_windows(*model_config);
+    const KvCacheGroups groups = make_kv_cache_groups(windows);
     EngineConfig config;
     config.block_size = 4;
     config.max_num_batched_tokens = 16;
-    const int64_t bytes_per_block = 2 * model_config->num_hidden_layers * 4 * model_config->num_key_value_heads *
-                                    model_config->head_dim * 4;
-    config.kv_cache_memory_bytes = 40 * bytes_per_block;
-    expect_engine_matches(dir, config, cases);
+    // A block id holds layers_per_group layers (one table for all layers: every layer).
+    const int64_t bytes_per_block =
+        2 * groups.layers_per_group * 4 * model_config->num_key_value_heads * model_config->head_dim * 4;
+    size_t longest = 0;
+    for (const GoldenCase& c : cases) longest = std::max(longest, c.prompt.size() + c.greedy.size());
+    const int64_t num_blocks = max_blocks_per_request(groups.windows, static_cast<int64_t>(longest), 4, 16);
+    config.kv_cache_memory_bytes = num_blocks * bytes_per_block;
+    auto llm = make_test_llm(dir, config);
+    ASSERT_TRUE(llm);
+    std::vector<GenerateRequest> requests;
+    for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+    auto outs = llm->generate(std::move(requests));
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ASSERT_TRUE(outs[i].error.is_ok()) << outs[i].error.message();
+      EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
+    }
+    // With a full-attention group the requests outgrow the cache together; a model of sliding layers
+    // only (Mistral) holds a few blocks per request, and its requests just wait for one another.
+    if (std::count(windows.begin(), windows.end(), kFullAttention) > 0) {
+      EXPECT_GT(llm->engine().metrics().preemptions, 0u) << num_blocks << " blocks";
+    }
+    EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
   }
+}
+
+// The window of each layer as the decoder gives it to the KV cache: -1 = full attention.
+std::vector<int32_t> layer_windows(const ModelConfig& config) {
+  std::vector<int32_t> windows;
+  for (LayerType t : config.layer_types)
+    windows.push_back(t == LayerType::kSlidingAttention && config.sliding_window && *config.sliding_window > 0
+                          ? static_cast<int32_t>(*config.sliding_window)
+                          : kFullAttention);
+  return windows;
+}
+
+// The 64-token case through the scheduler and the runner (blocks of 4, steps of 5 tokens): its
+// greedy tokens equal transformers', and the sliding groups give their blocks back while it runs, so
+// the cache holds well under what one table for every layer would.
+void expect_sliding_release_exact(const std::string& device, const std::string& fixture) {
+  const fs::path dir = kFixtures / fixture;
+  auto model_config = load_model_config((dir / "config.json").string());
+  ASSERT_TRUE(model_config.has_value());
+  const std::vector<int32_t> windows = layer_windows(*model_config);
+  if (std::count(windows.begin(), windows.end(), kFullAttention) == static_cast<long>(windows.size()))
+    GTEST_SKIP() << "no sliding layer";
+  const std::vector<GoldenCase> cases = read_golden_cases(dir);
+  const GoldenCase& c = cases.back();
+  ASSERT_EQ(c.prompt.size(), 64u);
+  auto backend = make_backend(device);
+  ASSERT_TRUE(backend.has_value());
+  auto model = load_model(dir.string(), **backend);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+  const MemorySpec spec = (*model)->memory_spec();
+  EXPECT_EQ(spec.attention_windows, windows);
+  const KvCacheGroups groups = kv_cache_groups_of(spec);
+
+  for (bool prefix_caching : {false, true}) {
+    SCOPED_TRACE(prefix_caching ? "prefix caching" : "no prefix caching");
+    SchedulerConfig sched;
+    sched.block_size = 4;
+    sched.max_num_batched_tokens = 5;
+    sched.num_blocks = 256;
+    sched.max_model_len = 256;
+    sched.enable_prefix_caching = prefix_caching;
+    sched.kv_group_windows = groups.windows;
+    Scheduler scheduler(sched);
+    ModelRunner runner(**model, **backend, sched.num_blocks, sched.block_size);
+    ASSERT_TRUE(scheduler.add(Request(1, c.prompt, greedy_request(c.prompt, static_cast<int>(c.greedy.size())).sampling))
+                    .is_ok());
+    std::vector<TokenId> output;
+    int peak_blocks = 0;
+    while (scheduler.has_unfinished_requests()) {
+      const StepPlan plan = scheduler.schedule();
+      peak_blocks = std::max(peak_blocks, scheduler.kv_cache().num_used_blocks());
+      for (const RequestUpdate& u : scheduler.commit(plan, runner.execute(plan)))
+        if (u.new_token_id) output.push_back(*u.new_token_id);
+    }
+    EXPECT_EQ(output, c.greedy);
+    EXPECT_TRUE(scheduler.is_leak_free());
+    // One table for every layer: ceil(83 / 4) = 21 blocks x num_layers layers. Grouped: the full
+    // groups' 21 blocks each, the sliding groups' window (<= ceil((7 + 5) / 4) + 1 = 4 blocks each).
+    const int64_t all_global_layer_blocks = 21 * static_cast<int64_t>(windows.size());
+    const int64_t peak_layer_blocks = int64_t{peak_blocks} * groups.layers_per_group;
+    int64_t bound = 0;
+    for (int32_t w : groups.windows) bound += w == kFullAttention ? 21 : 4;
+    EXPECT_LE(peak_blocks, bound);
+    EXPECT_LT(peak_layer_blocks * 4, all_global_layer_blocks * 3)
+        << peak_blocks << " blocks of " << groups.layers_per_group << " layers";
+    std::cout << "[" << fixture << ", " << device << (prefix_caching ? ", prefix caching" : "") << "] peak " << peak_blocks << " blocks x " << groups.layers_per_group
+              << " layers = " << peak_layer_blocks << " layer-blocks vs " << all_global_layer_blocks
+              << " with one table for all layers\n";
+  }
+}
+
+TEST_P(FamilyEngine, SlidingLayersReleaseTheirBlocksAndStayExact) { expect_sliding_release_exact("cpu", GetParam()); }
+
+// The same on a GPU: the attention kernels (decode graphs included) never read a released entry.
+TEST_P(FamilyEngine, SlidingLayersReleaseTheirBlocksAndStayExactOnCuda) {
+  SKIP_UNLESS_BACKEND("cuda");
+  expect_sliding_release_exact("cuda", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, FamilyEngine, ::testing::ValuesIn(f32_fixtures()),

@@ -24,11 +24,11 @@ Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::strin
   return w;
 }
 
-AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options) {
+AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options, int32_t group) {
   AttentionParams params;
   params.cu_seqlens_q = batch.cu_seqlens_q;
   params.seq_lens_k = batch.seq_lens_k;
-  params.block_tables = batch.block_tables;
+  params.block_tables = batch.block_tables_of(group);
   params.scale = options.scale;
   params.sliding_window = options.sliding_window;
   params.softcap = options.softcap;
@@ -57,8 +57,9 @@ void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, con
   backend_.qk_norm_rope_write_kv(q, k, v, has_qk_norm ? w.q_norm.weight.view() : TensorView(),
                                  has_qk_norm ? w.k_norm.weight.view() : TensorView(), w.q_norm.eps, w.q_norm.mode,
                                  batch.positions, w.rotary->inv_freq, w.rotary->attention_scaling, cache.k, cache.v,
-                                 batch.slot_mapping);
-  backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, attention_params(batch, w.options));
+                                 batch.slot_mapping_of(cache.group));
+  backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v,
+                     attention_params(batch, w.options, cache.group));
   w.o.forward(backend_, out, attn);
 }
 

@@ -49,7 +49,8 @@ Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::strin
 class Attention {
  public:
   Attention(Backend& backend, DType dtype, const AttentionShape& shape);
-  // out[T, H] = attention(normed[T, H]); writes this step's k, v into `cache`.
+  // out[T, H] = attention(normed[T, H]); writes this step's k, v into `cache` (through the block
+  // tables and slot mapping of cache.group).
   void forward(const AttentionWeights& weights, const KvCacheView& cache, const StepBatch& batch,
                const TensorView& normed, TensorView out);
 
@@ -59,7 +60,7 @@ class Attention {
   Activations act_;
 };
 
-// The AttentionParams of a step's batch for one layer.
-AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options);
+// The AttentionParams of a step's batch for one layer (of KV cache group `group`: its block tables).
+AttentionParams attention_params(const StepBatch& batch, const AttentionOptions& options, int32_t group = 0);
 
 }  // namespace pagellm::layers

@@ -3,8 +3,15 @@
 // sampling row's whole context through its block table). The next token is a hash of the context it
 // reads back, so a wrong block table, a stale prefix hit or a block reused while still referenced
 // changes the output — and outputs must match an unconstrained run exactly.
+//
+// With KV cache groups (windows: kFullAttention or a sliding window per group), every row writes its
+// new tokens through each group's table, and every query row reads its visible keys through each
+// group's table: all of [0, context) in a full group, the last W positions in a sliding one. The next
+// token hashes what the last query read through every group, so a block a sliding group released too
+// early (kNoBlock: slot_of_position CHECKs) or a table of the wrong group shows.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -25,8 +32,10 @@ struct KvEntry {
 
 class FakeModel {
  public:
-  FakeModel(int num_blocks, int block_size)
-      : block_size_(block_size), kv_(static_cast<size_t>(num_blocks) * block_size) {}
+  FakeModel(int num_blocks, int block_size, std::vector<int32_t> windows = {})
+      : block_size_(block_size),
+        windows_(windows.empty() ? std::vector<int32_t>{kFullAttention} : std::move(windows)),
+        kv_(static_cast<size_t>(num_blocks) * block_size) {}
 
   // Tokens this fake emits never collide with small ids tests reserve for EOS / stop tokens.
   static constexpr TokenId kMinToken = 100;
@@ -36,8 +45,10 @@ class FakeModel {
   StepResult execute(const StepPlan& plan) {
     EXPECT_EQ(plan.block_size, block_size_);
     for (const ScheduledRequest& row : plan.rows) {  // write_kv for the whole batch first
-      std::vector<int64_t> slots;
-      append_slot_mapping(row.block_table, row.start_pos, row.num_new_tokens(), block_size_, slots);
+      EXPECT_EQ(row.block_tables.size(), windows_.size());
+      std::vector<std::vector<int64_t>> slots(windows_.size());
+      for (size_t g = 0; g < windows_.size(); ++g)
+        append_slot_mapping(row.block_tables[g], row.start_pos, row.num_new_tokens(), block_size_, slots[g]);
       for (int i = 0; i < row.num_new_tokens(); ++i) {
         TokenId token = row.token_ids[i];
         if (token == kPlaceholderToken) {
@@ -47,46 +58,75 @@ class FakeModel {
           if (it != last_sampled_.end()) token = it->second;
           ++num_placeholder_inputs_;
         }
-        kv_.at(slots[i]) = {token, row.start_pos + i};
+        for (size_t g = 0; g < windows_.size(); ++g) kv_.at(slots[g][i]) = {token, row.start_pos + i};
       }
     }
     last_sampled_.clear();
     StepResult result;
     for (const ScheduledRequest& row : plan.rows) {  // then "attention" + sampling
-      if (!row.is_sampling) continue;
-      std::vector<TokenId> context;
-      for (int pos = 0; pos < row.context_len(); ++pos) {
-        const KvEntry& e = kv_.at(slot_of_position(row.block_table, pos, block_size_));
-        EXPECT_EQ(e.pos, pos) << "request " << row.request_id << " reads a slot written for another position";
-        context.push_back(e.token_id);
+      // Every query row's visible keys, through every group: the union is [begin, context_len).
+      std::vector<std::vector<TokenId>> read(windows_.size());
+      for (size_t g = 0; g < windows_.size(); ++g) {
+        const int begin = windows_[g] == kFullAttention ? 0 : std::max(0, row.start_pos - windows_[g] + 1);
+        for (int pos = begin; pos < row.context_len(); ++pos) {
+          const KvEntry& e = kv_.at(slot_of_position(row.block_tables[g], pos, block_size_));
+          EXPECT_EQ(e.pos, pos) << "request " << row.request_id << " group " << g
+                                << " reads a slot written for another position";
+          read[g].push_back(e.token_id);
+        }
       }
-      result.sampled.push_back({row.request_id, next_token(context), std::nullopt});
+      if (!row.is_sampling) continue;
+      // The last query's view in each group: the tail of what that group read.
+      result.sampled.push_back({row.request_id, next_token_of_reads(read, row.context_len()), std::nullopt});
       last_sampled_[row.request_id] = result.sampled.back().token_id;
     }
     return result;
   }
   int64_t num_placeholder_inputs() const { return num_placeholder_inputs_; }
 
-  // The "model": a function of the whole context (FNV-1a), like attention over all earlier tokens.
-  static TokenId next_token(const std::vector<TokenId>& context) {
+  // The "model": a function of what the last query sees (FNV-1a over each group's visible tokens in
+  // group order), like attention over the earlier tokens: the whole context with one full group.
+  static TokenId next_token(const std::vector<TokenId>& context, const std::vector<int32_t>& windows = {}) {
     uint64_t h = 1469598103934665603ull;
-    for (TokenId t : context) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+    const std::vector<int32_t> groups = windows.empty() ? std::vector<int32_t>{kFullAttention} : windows;
+    const int len = static_cast<int>(context.size());
+    for (int32_t window : groups) {
+      const int begin = window == kFullAttention ? 0 : std::max(0, len - window);
+      for (int pos = begin; pos < len; ++pos) h = (h ^ static_cast<uint64_t>(context[pos])) * 1099511628211ull;
+    }
     return kMinToken + static_cast<TokenId>((h >> 17) % 30000);
   }
 
   // What an unconstrained, unbatched run produces: greedy continuation of `prompt`.
-  static std::vector<TokenId> reference_output(const std::vector<TokenId>& prompt, int num_tokens) {
+  static std::vector<TokenId> reference_output(const std::vector<TokenId>& prompt, int num_tokens,
+                                               const std::vector<int32_t>& windows = {}) {
     std::vector<TokenId> context = prompt;
     std::vector<TokenId> output;
     for (int i = 0; i < num_tokens; ++i) {
-      output.push_back(next_token(context));
+      output.push_back(next_token(context, windows));
       context.push_back(output.back());
     }
     return output;
   }
 
  private:
+  // next_token over the tokens each group read for a row whose context is context_len long.
+  TokenId next_token_of_reads(const std::vector<std::vector<TokenId>>& read, int context_len) const {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t g = 0; g < windows_.size(); ++g) {
+      const int begin = windows_[g] == kFullAttention ? 0 : std::max(0, context_len - windows_[g]);
+      const std::vector<TokenId>& tokens = read[g];
+      // read[g] covers [context_len - tokens.size(), context_len).
+      const int first = context_len - static_cast<int>(tokens.size());
+      EXPECT_LE(first, begin);
+      for (int pos = begin; pos < context_len; ++pos)
+        h = (h ^ static_cast<uint64_t>(tokens[static_cast<size_t>(pos - first)])) * 1099511628211ull;
+    }
+    return kMinToken + static_cast<TokenId>((h >> 17) % 30000);
+  }
+
   int block_size_;
+  std::vector<int32_t> windows_;  // [G]
   std::vector<KvEntry> kv_;  // [num_blocks * block_size]
   std::map<RequestId, TokenId> last_sampled_;  // the previous step's samples ("device-side ids")
   int64_t num_placeholder_inputs_ = 0;
@@ -104,8 +144,8 @@ inline void expect_plan_within_limits(const StepPlan& plan, const SchedulerConfi
   EXPECT_LE(static_cast<int>(plan.rows.size()), config.max_num_seqs);
   for (const ScheduledRequest& row : plan.rows) {
     EXPECT_GT(row.num_new_tokens(), 0);
-    EXPECT_GE(static_cast<int>(row.block_table.size()),
-              num_blocks_for_tokens(row.context_len(), config.block_size));
+    for (const std::vector<BlockId>& table : row.block_tables)
+      EXPECT_GE(static_cast<int>(table.size()), num_blocks_for_tokens(row.context_len(), config.block_size));
   }
 }
 

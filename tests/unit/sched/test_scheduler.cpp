@@ -52,7 +52,7 @@ TEST(Scheduler, NewRequestsPrefillTogetherAndSampleTheirFirstToken) {
   EXPECT_EQ(plan.rows[0].token_ids, prompt_of(3));
   EXPECT_TRUE(plan.rows[0].is_sampling);
   EXPECT_TRUE(plan.rows[0].is_new);
-  EXPECT_EQ(plan.rows[1].block_table.size(), 2u);  // 5 tokens in blocks of 4
+  EXPECT_EQ(plan.rows[1].block_tables[0].size(), 2u);  // 5 tokens in blocks of 4
   ASSERT_EQ(updates.size(), 2u);
   EXPECT_EQ(updates[0].new_token_id, FakeModel::reference_output(prompt_of(3), 1)[0]);
 
@@ -571,6 +571,107 @@ TEST(Scheduler, ConfigValidation) {
   EXPECT_TRUE(config.validate().is_ok());
   config.max_num_seqs = 0;
   EXPECT_EQ(config.validate().message(), "[scheduler] max_num_seqs must be >= 1, got 0");
+}
+
+
+// ----- KV cache groups: sliding-window layers release blocks while requests run -----
+
+struct SlidingRun {
+  testing::RunOutcome outcome;
+  SchedulerStats stats;
+  std::vector<std::vector<TokenId>> prompts;
+};
+
+// 60 requests x 60 output tokens, blocks of 4, steps of 32 tokens: half share a 22-token system
+// prompt, so prefix hits, chunk edges, window edges (windows of 10 are not a multiple of 4) and
+// preemption all meet.
+SlidingRun run_sliding(std::vector<int32_t> windows, int num_blocks, bool enable_prefix_caching,
+                       testing::Planning planning) {
+  SchedulerConfig config;
+  config.max_num_seqs = 16;
+  config.max_num_batched_tokens = 32;
+  config.block_size = 4;
+  config.num_blocks = num_blocks;
+  config.max_model_len = 256;
+  config.enable_prefix_caching = enable_prefix_caching;
+  config.kv_group_windows = windows;
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size, windows);
+  std::mt19937 rng(11);
+  const std::vector<TokenId> system_prompt = prompt_of(22, 5000);
+  SlidingRun run;
+  for (RequestId id = 0; id < 60; ++id) {
+    std::vector<TokenId> prompt = id % 2 == 0 ? system_prompt : std::vector<TokenId>{};
+    const int num_own_tokens = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < num_own_tokens; ++i) prompt.push_back(static_cast<TokenId>(rng() % 30000));
+    run.prompts.push_back(prompt);
+    EXPECT_TRUE(scheduler.add(Request(id, prompt, greedy(60))).is_ok());
+  }
+  run.outcome = run_to_completion(scheduler, model, planning);
+  run.stats = scheduler.stats();
+  EXPECT_TRUE(scheduler.is_leak_free());
+  return run;
+}
+
+TEST(SchedulerSliding, FullAndSlidingGroupsGiveTheUnconstrainedOutputsUnderEveryPressure) {
+  const std::vector<int32_t> windows = {kFullAttention, 10, 10};
+  for (const testing::Planning planning : {testing::Planning::kSync, testing::Planning::kAsync}) {
+    for (bool prefix_caching : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "async " << (planning == testing::Planning::kAsync) << " prefix caching "
+                                        << prefix_caching);
+      // Longest request: 52 + 59 tokens = 28 full blocks + 2 x 17 sliding (steps of 32): 64 fit it alone.
+      const SlidingRun tight = run_sliding(windows, 64, prefix_caching, planning);
+      EXPECT_GT(tight.stats.num_preemptions, 0);
+      if (prefix_caching) {
+        EXPECT_GT(tight.stats.prefix_cache_hit_tokens, 0);
+      }
+      ASSERT_EQ(tight.outcome.outputs.size(), 60u);
+      for (RequestId id = 0; id < 60; ++id)
+        ASSERT_EQ(tight.outcome.outputs.at(id), FakeModel::reference_output(tight.prompts[id], 60, windows)) << id;
+      const SlidingRun roomy = run_sliding(windows, 60 * 64, prefix_caching, planning);
+      EXPECT_EQ(roomy.stats.num_preemptions, 0);
+      EXPECT_EQ(roomy.outcome.outputs, tight.outcome.outputs);
+    }
+  }
+}
+
+TEST(SchedulerSliding, AllSlidingModelFreesToo) {
+  const std::vector<int32_t> windows = {10};
+  for (const testing::Planning planning : {testing::Planning::kSync, testing::Planning::kAsync}) {
+    const SlidingRun tight = run_sliding(windows, 24, /*enable_prefix_caching=*/true, planning);
+    EXPECT_GT(tight.stats.num_preemptions, 0);
+    for (RequestId id = 0; id < 60; ++id)
+      ASSERT_EQ(tight.outcome.outputs.at(id), FakeModel::reference_output(tight.prompts[id], 60, windows)) << id;
+  }
+}
+
+TEST(SchedulerSliding, ALongRequestHoldsItsWindowNotItsLength) {
+  SchedulerConfig config = small_config();  // blocks of 4, steps of 8
+  config.num_blocks = 64;
+  config.kv_group_windows = {kFullAttention, 8};
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size, config.kv_group_windows);
+  const std::vector<TokenId> prompt = prompt_of(40);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt, greedy(100))).is_ok());
+  int peak = 0;
+  while (scheduler.has_unfinished_requests()) {
+    step(scheduler, model);
+    if (const Request* r = scheduler.find(1)) {
+      peak = std::max(peak, scheduler.kv_cache().num_used_blocks());
+      EXPECT_LE(scheduler.kv_cache().num_blocks_held(1, 1), 5) << "sliding group, context " << r->num_tokens();
+    }
+  }
+  // 139 tokens of KV: 35 full blocks; the sliding group holds at most ceil((8 - 1 + 8) / 4) + 1 = 5.
+  EXPECT_LE(peak, 35 + 5);
+  EXPECT_TRUE(scheduler.is_leak_free());
+  // It fits the cache only because its sliding group holds a window: two full-length groups would
+  // need 2 x 35 > 64 blocks, 35 + 5 fit.
+  Scheduler again(config);
+  EXPECT_TRUE(again.add(Request(2, prompt, greedy(100))).is_ok());
+  SchedulerConfig all_full = config;
+  all_full.kv_group_windows = {kFullAttention, kFullAttention};
+  Scheduler rejects(all_full);
+  EXPECT_FALSE(rejects.add(Request(3, prompt, greedy(100))).is_ok());
 }
 
 }  // namespace
