@@ -14,6 +14,7 @@
 #include "server/json_fields.h"
 #include "server/metrics_text.h"
 #include "server/openai_response.h"
+#include "server/openai_responses.h"
 #include "server/openai_serving.h"
 
 namespace pagellm::server {
@@ -204,6 +205,7 @@ const std::vector<Route>& routes() {
   static const std::vector<Route> table = {
       {"POST", "/v1/completions", true, handle_completions},
       {"POST", "/v1/chat/completions", true, handle_chat_completions},
+      {"POST", "/v1/responses", true, handle_responses},
       {"GET", "/v1/models", true, handle_models},
       {"POST", "/tokenize", true, handle_tokenize},
       {"POST", "/detokenize", true, handle_detokenize},

@@ -1,5 +1,6 @@
 #include "serve_process.h"
 
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +135,32 @@ int ServeProcess::stop(int signal, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1;
+}
+
+std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const ServeProcess& server, std::string* why) {
+  const std::filesystem::path js = std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests" / "e2e" / "js";
+  if (!std::filesystem::exists(js / "node_modules" / "openai" / "package.json")) {
+    *why = "the openai npm package is not installed in " + js.string() + ": run scripts/setup.sh";
+    return std::nullopt;
+  }
+  if (std::system("node --version > /dev/null 2>&1") != 0) {
+    *why = "node is not installed";
+    return std::nullopt;
+  }
+  const std::string command = "cd '" + js.string() + "' && PAGELLM_BASE_URL=" + server.base_url() +
+                              " PAGELLM_MODEL=" + kModelName + " node --test " + test_file + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *why = "popen failed";
+    return std::nullopt;
+  }
+  NodeTestRun run;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
 }
 
 }  // namespace pagellm::e2e

@@ -4,6 +4,7 @@
 // build folder. Destruction sends SIGTERM and waits.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,15 @@ class ServeProcess {
   int port_ = 0;
   std::string log_path_;
 };
+
+// Runs `node --test FILE` (a test file of tests/e2e/js, written against the official OpenAI client)
+// against `server`, with its base URL and model name in PAGELLM_BASE_URL / PAGELLM_MODEL. Returns
+// the node output, or nullopt (with `why`) when node or the client package is missing: the caller
+// skips then, and fails under CI=true.
+struct NodeTestRun {
+  int exit_code = -1;
+  std::string output;
+};
+std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const ServeProcess& server, std::string* why);
 
 }  // namespace pagellm::e2e

@@ -85,12 +85,12 @@ TEST(LoadModel, UnknownArchitectureListsTheSupportedOnes) {
   o.out_dir = temp_dir("arch").string();
   ASSERT_TRUE(make_model(o).is_ok());
   std::string config = read_bytes(fs::path(o.out_dir) / "config.json");
-  config.replace(config.find("Qwen3ForCausalLM"), 16, "LlamaForCausalLM");
+  config.replace(config.find("Qwen3ForCausalLM"), 16, "MambaForCausalLM");
   std::ofstream(fs::path(o.out_dir) / "config.json") << config;
   auto backend = make_backend("cpu");
   auto model = load_model(o.out_dir, **backend);
   ASSERT_FALSE(model.has_value());
-  EXPECT_NE(model.status().message().find("'LlamaForCausalLM' is not supported; supported: "), std::string::npos)
+  EXPECT_NE(model.status().message().find("'MambaForCausalLM' is not supported; supported: "), std::string::npos)
       << model.status().message();
   EXPECT_NE(model.status().message().find("Qwen3ForCausalLM"), std::string::npos);
   fs::remove_all(o.out_dir);
