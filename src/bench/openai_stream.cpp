@@ -30,6 +30,7 @@ std::string make_request_body(const BenchRequest& request, const RequestOptions&
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (options.ignore_eos) body["ignore_eos"] = true;
+  body.update(options.extra_body);
   return body.dump();
 }
 

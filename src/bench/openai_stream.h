@@ -2,6 +2,8 @@
 // streamed chunk says (does it carry tokens, does it report usage, is it an error, is it [DONE]).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +24,7 @@ struct RequestOptions {
   std::string model;
   Endpoint endpoint = Endpoint::kCompletions;
   bool ignore_eos = false;
+  nlohmann::json extra_body = nlohmann::json::object();  // merged into every request (--extra-body)
 };
 
 // {"model", "prompt"|"messages", "max_tokens", "temperature":0, "stream":true,

@@ -49,6 +49,7 @@ struct ServeArgs {
   double burstiness = 1.0;
   int max_concurrency = 0;
   bool ignore_eos = false;
+  std::string extra_body;
   uint64_t seed = 0;
   std::vector<std::string> goodput;
   std::string percentiles = "99";
@@ -103,6 +104,11 @@ ServeConfig make_serve_config(const ServeArgs& args, Endpoint endpoint) {
   config.request.model = args.model;
   config.request.endpoint = endpoint;
   config.request.ignore_eos = args.ignore_eos;
+  if (!args.extra_body.empty()) {
+    config.request.extra_body = nlohmann::json::parse(args.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (!config.request.extra_body.is_object())
+      throw CommandError("[bench] --extra-body must be a JSON object, e.g. '{\"response_format\": {\"type\": \"json_object\"}}'");
+  }
   config.request_rate = parse_request_rate(args.request_rate);
   config.burstiness = args.burstiness;
   config.max_concurrency = args.max_concurrency;
@@ -218,6 +224,8 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--burstiness", args->burstiness, "gamma shape of arrival gaps (1 = Poisson)")->capture_default_str();
   cmd->add_option("--max-concurrency", args->max_concurrency, "most requests in flight (0 = no cap)")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "send ignore_eos: true (fixed output lengths)");
+  cmd->add_option("--extra-body", args->extra_body,
+                  "JSON object merged into every request body (e.g. a response_format to measure structured outputs)");
   cmd->add_option("--seed", args->seed, "seed of dataset and arrivals")->capture_default_str();
   cmd->add_option("--goodput", args->goodput, "SLOs, e.g. ttft:200 tpot:50 e2el:5000 (ms)")->expected(1, 3);
   cmd->add_option("--percentiles", args->percentiles, "e.g. 50,90,99")->capture_default_str();

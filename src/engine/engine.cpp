@@ -331,7 +331,8 @@ void Engine::attach_token_masks(StepPlan& plan) {
   for (ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
     const auto it = live_.find(row.request_id);
-    if (it == live_.end() || !it->second->matcher) continue;
+    // A finished grammar (its stop token accepted, ignore_eos set) constrains nothing more.
+    if (it == live_.end() || !it->second->matcher || it->second->matcher->is_terminated()) continue;
     auto mask = std::make_shared<std::vector<uint32_t>>(std::max(words, it->second->matcher->mask_words()), 0u);
     it->second->matcher->fill_next_token_bitmask(*mask);
     row.token_mask = std::move(mask);
@@ -394,7 +395,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
       const TokenId token = *update.new_token_id;
       // The mask allowed only what the grammar accepts; a refusal means the mask and the matcher
       // disagree, which ends the request rather than emit text that breaks the format.
-      if (live.matcher && !live.matcher->accept_token(token) && !finish) {
+      if (live.matcher && !live.matcher->is_terminated() && !live.matcher->accept_token(token) && !finish) {
         (void)scheduler_->finish_early(update.request_id, FinishReason::kAbort);
         finish = FinishReason::kAbort;
       }

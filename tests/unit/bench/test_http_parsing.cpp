@@ -170,6 +170,12 @@ TEST(RequestBody, CompletionsWithIdsAndChatWithText) {
   EXPECT_EQ(chat["messages"][0]["content"], "hello there");
   EXPECT_FALSE(chat.contains("ignore_eos"));
   EXPECT_FALSE(chat.contains("prompt"));
+
+  RequestOptions constrained{"m", Endpoint::kChatCompletions, false};
+  constrained.extra_body = {{"response_format", {{"type", "json_object"}}}, {"temperature", 1}};
+  auto extra = nlohmann::json::parse(make_request_body(text, constrained));
+  EXPECT_EQ(extra["response_format"]["type"], "json_object");
+  EXPECT_EQ(extra["temperature"], 1) << "--extra-body wins over the defaults";
 }
 
 }  // namespace
