@@ -82,6 +82,8 @@ std::optional<ApiError> check_unsupported(const Json& body, bool is_chat) {
       {"vllm_xargs", Json::array()},          {"cache_salt", Json::array()},
       {"priority", Json::array({0})},         {"request_id", Json::array()},
       {"store", Json::array({false})},        {"service_tier", Json::array({"auto", "default"})},
+      {"prompt_logprobs", Json::array({0})},  {"structural_tag", Json::array()},
+      {"guided_whitespace_pattern", Json::array()},
   };
   static const std::vector<UnsupportedField> chat = {
       {"functions", Json::array()},           {"function_call", Json::array()},

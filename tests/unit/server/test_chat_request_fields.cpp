@@ -118,12 +118,20 @@ TEST(RequestFields, UnimplementedFieldsAre400sNamingThem) {
                      false, parsed));
 }
 
-TEST(RequestFields, FieldsOthersOwnPassThrough) {
+// Structured-output fields pass request parsing (structured_request.cpp reads them); the logits
+// fields pagellm does not implement are refused there.
+TEST(RequestFields, StructuredOutputFieldsPassAndUnimplementedLogitsFieldsAreRefused) {
   ChatRequest parsed;
   EXPECT_FALSE(parse(chat({{"response_format", {{"type", "json_object"}}}, {"logit_bias", {{"5", 10}}},
                            {"guided_json", {{"type", "object"}}}, {"structured_outputs", {{"regex", "a+"}}},
-                           {"prompt_logprobs", 1}}),
+                           {"prompt_logprobs", 0}}),
                      false, parsed));
+  for (const char* field : {"prompt_logprobs", "structural_tag", "guided_whitespace_pattern"}) {
+    ChatRequest refused;
+    const std::optional<ApiError> error = parse(chat({{field, 1}}), false, refused);
+    ASSERT_TRUE(error) << field;
+    EXPECT_EQ(error->param, field);
+  }
 }
 
 TEST(RequestFields, DetokenizationFieldsAreRead) {
