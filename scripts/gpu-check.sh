@@ -120,13 +120,15 @@ start_w1_server() {
   for _ in $(seq 1 120); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
 }
 # w1_level PORT TAG LEVEL LABEL: one W1 run at concurrency LEVEL, logs in $out/w1_${TAG}c$LEVEL.*
+# (bench serve also gets the W1_EXTRA_ARGS array).
+W1_EXTRA_ARGS=()
 w1_level() {
   local port=$1 level=$3 label=$4 log="$out/w1_$2c$3"
   local prompts=$((level == 1 ? 6 : 4 * level))
   timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model qwen3-0.6b \
     --tokenizer /tmp/qwen3-0.6b --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
     --request-rate inf --max-concurrency "$level" --num-prompts $prompts --no-progress \
-    --result-json "$log.json" >"$log.log" 2>&1
+    --result-json "$log.json" "${W1_EXTRA_ARGS[@]}" >"$log.log" 2>&1
   local rc=$?
   tail -4 "$log.log"
   note "$label concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$log.log" | head -1 | tr -s ' ')"
@@ -195,6 +197,20 @@ for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:12]:
     print(f"  {float(r['Time (%)']):5.1f}%  {float(r['Total Time (ns)'])/1e6:8.1f} ms  x{r['Instances']:>6}  {r['Name'][:70]}")
 PY
   note "nsys W1 c$level: $(grep -iE 'output token throughput' "$out/nsys_bench.log" | head -1 | tr -s ' ') (nsys_cuda_gpu_kern_sum.csv)"
+fi
+
+# ----- W1 with structured outputs (GPU_CHECK_STRUCTURED_LEVELS="64"): the same level without and then
+# with response_format json_object on every request (bench serve --extra-body), one fresh server.
+if has pagellm && [ -n "${GPU_CHECK_STRUCTURED_LEVELS:-}" ] && [ -f /tmp/qwen3-0.6b/tokenizer.json ]; then
+  port=18434
+  start_w1_server $port "$out/serve_structured.log"
+  for level in $GPU_CHECK_STRUCTURED_LEVELS; do
+    w1_level $port "plain_" "$level" "W1 unconstrained"
+    W1_EXTRA_ARGS=(--extra-body '{"response_format": {"type": "json_object"}}')
+    w1_level $port "json_" "$level" "W1 response_format json_object"
+    W1_EXTRA_ARGS=()
+  done
+  kill $server 2>/dev/null; wait $server 2>/dev/null
 fi
 
 # ----- W1 on other families' shapes (GPU_CHECK_PRESETS="llama3.2-1b gemma3-1b", levels in

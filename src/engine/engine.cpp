@@ -9,6 +9,7 @@
 #include "cache/kv_cache_groups.h"
 #include "engine/activation_profile.h"
 #include "core/logging.h"
+#include "core/thread_pool.h"
 #include "engine/state_memory.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_strings.h"
@@ -328,15 +329,24 @@ void Engine::step() {
 
 void Engine::attach_token_masks(StepPlan& plan) {
   const size_t words = static_cast<size_t>((model_->config().vocab_size + 31) / 32);
+  std::vector<std::pair<ScheduledRequest*, structured::GrammarMatcher*>> constrained;
   for (ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
     const auto it = live_.find(row.request_id);
     // A finished grammar (its stop token accepted, ignore_eos set) constrains nothing more.
     if (it == live_.end() || !it->second->matcher || it->second->matcher->is_terminated()) continue;
-    auto mask = std::make_shared<std::vector<uint32_t>>(std::max(words, it->second->matcher->mask_words()), 0u);
-    it->second->matcher->fill_next_token_bitmask(*mask);
-    row.token_mask = std::move(mask);
+    constrained.emplace_back(&row, it->second->matcher.get());
   }
+  // Each request's matcher is its own (their compiled grammars' caches are thread-safe): the masks
+  // of a batch are filled in parallel, off the engine thread's critical path as far as cores allow.
+  ThreadPool::global().parallel_for(static_cast<int64_t>(constrained.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      auto [row, matcher] = constrained[static_cast<size_t>(i)];
+      auto mask = std::make_shared<std::vector<uint32_t>>(std::max(words, matcher->mask_words()), 0u);
+      matcher->fill_next_token_bitmask(*mask);
+      row->token_mask = std::move(mask);
+    }
+  });
 }
 
 Expected<structured::GrammarCompiler*> Engine::grammar_compiler() {
