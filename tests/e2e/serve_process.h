@@ -4,6 +4,7 @@
 // build folder. Destruction sends SIGTERM and waits.
 #pragma once
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,5 +49,19 @@ struct NodeTestRun {
   std::string output;
 };
 std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const ServeProcess& server, std::string* why);
+
+// In a test body: FILE's node tests against SERVER all pass, NUM_PASSED of them.
+#define EXPECT_NODE_TESTS_PASS(file, server, num_passed)                                        \
+  do {                                                                                          \
+    std::string why_not_run;                                                                    \
+    const std::optional<::pagellm::e2e::NodeTestRun> node_run =                                 \
+        ::pagellm::e2e::run_node_tests(file, server, &why_not_run);                             \
+    if (!node_run) {                                                                            \
+      if (std::getenv("CI") != nullptr) FAIL() << why_not_run;                                  \
+      GTEST_SKIP() << why_not_run;                                                              \
+    }                                                                                           \
+    EXPECT_EQ(node_run->exit_code, 0) << node_run->output;                                      \
+    EXPECT_NE(node_run->output.find("# pass " #num_passed), std::string::npos) << node_run->output; \
+  } while (0)
 
 }  // namespace pagellm::e2e

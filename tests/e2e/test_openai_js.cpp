@@ -15,28 +15,14 @@ namespace {
 TEST(OpenAiJsClientTest, NodeTestsPass) {
   ServeProcess server;
   ASSERT_TRUE(server.ready()) << server.log();
-  std::string why;
-  const std::optional<NodeTestRun> run = run_node_tests("openai_client.test.mjs", server, &why);
-  if (!run) {
-    if (std::getenv("CI") != nullptr) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
-  EXPECT_EQ(run->exit_code, 0) << run->output;
-  EXPECT_NE(run->output.find("# pass 6"), std::string::npos) << run->output;
+  EXPECT_NODE_TESTS_PASS("openai_client.test.mjs", server, 6);
 }
 
 // Structured outputs, tool_choice required / named and the Responses API through the client.
 TEST(OpenAiJsClientTest, StructuredOutputsAndResponsesApi) {
   ServeProcess server;
   ASSERT_TRUE(server.ready()) << server.log();
-  std::string why;
-  const std::optional<NodeTestRun> run = run_node_tests("structured_client.test.mjs", server, &why);
-  if (!run) {
-    if (std::getenv("CI") != nullptr) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
-  EXPECT_EQ(run->exit_code, 0) << run->output;
-  EXPECT_NE(run->output.find("# pass 5"), std::string::npos) << run->output;
+  EXPECT_NODE_TESTS_PASS("structured_client.test.mjs", server, 5);
 }
 
 }  // namespace

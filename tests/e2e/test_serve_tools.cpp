@@ -262,14 +262,7 @@ TEST_F(ServeReasoningTest, ToolsWithoutAutoToolChoiceAreRefusedUnlessNone) {
 TEST(OpenAiJsToolsTest, NodeTestsPass) {
   ServeProcess server(kToolFlags);
   ASSERT_TRUE(server.ready()) << server.log();
-  std::string why;
-  const std::optional<NodeTestRun> run = run_node_tests("tools_client.test.mjs", server, &why);
-  if (!run) {
-    if (std::getenv("CI") != nullptr) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
-  EXPECT_EQ(run->exit_code, 0) << run->output;
-  EXPECT_NE(run->output.find("# pass 4"), std::string::npos) << run->output;
+  EXPECT_NODE_TESTS_PASS("tools_client.test.mjs", server, 4);
 }
 
 }  // namespace
