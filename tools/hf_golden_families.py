@@ -83,6 +83,10 @@ CASES = [
     ("gemma2_softcap_f32", torch.float32, gemma2),
     ("gemma3_local_global_f32", torch.float32, gemma3),
     ("gemma3_local_global_bf16", torch.bfloat16, gemma3),
+    # Appended (seeds follow the list index, so earlier fixtures keep theirs).
+    ("mistral_window8_bf16", torch.bfloat16, mistral),
+    ("qwen2_bias_bf16", torch.bfloat16, qwen2),
+    ("gemma2_softcap_bf16", torch.bfloat16, gemma2),
 ]
 
 
