@@ -1,0 +1,67 @@
+// Released Gemma 3 checkpoints of 4B and up are Gemma3ForConditionalGeneration: config.json of
+// model_type "gemma3" with the text model under text_config, and the text weights under
+// language_model.model.* (transformers v4 saves) or model.language_model.* (v5), beside a vision
+// tower a text engine does not load. The gemma3 fixture rewritten in both layouts must load and give
+// transformers' greedy tokens.
+#include <fstream>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "golden_util.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+
+namespace pagellm {
+namespace {
+
+const fs::path kText = golden_fixture_root("families") / "gemma3_local_global_f32";
+
+fs::path rewrite_as_vision_language(const std::string& text_prefix) {
+  const fs::path dir = fs::temp_directory_path() / ("pagellm_gemma3_vlm_" + std::to_string(::getpid()) + "_" +
+                                                    std::to_string(text_prefix.size()));
+  fs::create_directories(dir);
+  nlohmann::json text_config = nlohmann::json::parse(std::ifstream(kText / "config.json"));
+  text_config.erase("architectures");
+  const nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"model_type", "gemma3"},
+                                 {"text_config", text_config},
+                                 {"vision_config", {{"model_type", "siglip_vision_model"}, {"hidden_size", 16}}}};
+  std::ofstream(dir / "config.json") << config.dump(2);
+  auto checkpoint = Checkpoint::open_dir(kText.string());
+  EXPECT_TRUE(checkpoint.has_value()) << checkpoint.status().message();
+  SafetensorsWriter writer;
+  for (const std::string& name : checkpoint->names()) {
+    const TensorInfo* t = checkpoint->find(name);
+    const auto* bytes = static_cast<const uint8_t*>(t->data);
+    const std::string renamed = name.rfind("model.", 0) == 0 ? text_prefix + name.substr(6) : name;
+    writer.add(renamed, t->dtype, t->shape, std::vector<uint8_t>(bytes, bytes + t->nbytes));
+  }
+  writer.add("vision_tower.vision_model.embeddings.patch_embedding.weight", DType::kF32, {4, 4},
+             std::vector<uint8_t>(64, 0));
+  EXPECT_TRUE(writer.write((dir / "model.safetensors").string()).is_ok());
+  return dir;
+}
+
+TEST(FamilyLayouts, Gemma3VisionLanguageCheckpointsServeTheirTextModel) {
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    const fs::path dir = rewrite_as_vision_language(prefix);
+    auto backend = make_backend("cpu");
+    ASSERT_TRUE(backend.has_value());
+    auto model = load_model(dir.string(), **backend);
+    ASSERT_TRUE(model.has_value()) << model.status().message();
+    for (const GoldenCase& c : read_golden_cases(kText)) {
+      auto got = generate_sequence(**model, **backend, c.prompt, greedy_options(static_cast<int>(c.greedy.size())));
+      ASSERT_TRUE(got.has_value()) << got.status().message();
+      EXPECT_EQ(got->token_ids, c.greedy) << "prompt of " << c.prompt.size() << " tokens";
+    }
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+}
+
+}  // namespace
+}  // namespace pagellm
