@@ -8,7 +8,7 @@
 #
 # Harnesses (names for the command line):
 #   tokenizer_encode  encode/decode/stream/stop strings with the real tokenizers, run once per family
-#                     (FUZZ_FAMILIES, default: qwen3 llama3 gemma3 deepseek_v3 gptoss; each gets
+#                     (FUZZ_FAMILIES, default: qwen3 llama3 gemma3 deepseek_v3 gptoss llama2; each gets
 #                     FUZZ_SECONDS); needs assets/tokenizers/ from scripts/setup.sh
 #   tokenizer_json    tokenizer.json loading from mutated seed files
 #   chat_template     the chat-template parser and interpreter
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
-families=${FUZZ_FAMILIES:-"qwen3 llama3 gemma3 deepseek_v3 gptoss"}
+families=${FUZZ_FAMILIES:-"qwen3 llama3 gemma3 deepseek_v3 gptoss llama2"}
 jobs=${FUZZ_BUILD_JOBS:-2}
 cxx=${CXX_FUZZ:-clang++}
 build_only=0
