@@ -75,8 +75,8 @@ nlohmann::ordered_json special_tokens_of(const std::filesystem::path& tokenizer_
 }
 
 // Loads --chat-template FILE or the model's own; a model without one still serves completions.
-void load_chat_template(const ServeArgs& args, const std::string& model_dir, server::ServingContext& context) {
-  const std::filesystem::path config = std::filesystem::path(model_dir) / "tokenizer_config.json";
+void load_chat_template(const ServeArgs& args, const std::string& tokenizer_dir, server::ServingContext& context) {
+  const std::filesystem::path config = std::filesystem::path(tokenizer_dir) / "tokenizer_config.json";
   Expected<ChatTemplate> loaded = !args.chat_template.empty()
                                       ? ChatTemplate::from_string(read_file(args.chat_template), special_tokens_of(config))
                                   : std::filesystem::exists(config)
@@ -178,6 +178,7 @@ void run_serve(ServeArgs& args) {
                                : is_demo                       ? std::string("pagellm-demo")
                                                                : args.model;
   context->model_dir = model_dir;
+  context->tokenizer_dir = args.engine.tokenizer_dir.empty() ? model_dir : args.engine.tokenizer_dir;
   context->api_key = args.api_key;
   context->max_model_len = engine->config().max_model_len;
   context->generation_defaults = value_or_throw(server::load_generation_defaults(args.generation_config, model_dir));
@@ -189,7 +190,7 @@ void run_serve(ServeArgs& args) {
     context->parse_options.model_aliases.assign(args.served_model_names.begin() + 1, args.served_model_names.end());
   context->parse_options.vocab_size = engine->model_config().vocab_size;
   context->chat_template_error = "[openai] this model has no tokenizer, so no chat template";
-  if (context->tokenizer) load_chat_template(args, model_dir, *context);
+  if (context->tokenizer) load_chat_template(args, context->tokenizer_dir, *context);
   context->reasoning_parser = args.reasoning_parser;
   context->tool_call_parser = args.tool_call_parser;
   context->parse_options.auto_tool_choice = args.enable_auto_tool_choice;

@@ -1,14 +1,12 @@
 #include "server/openai_responses.h"
 
-#include <chrono>
-#include <random>
-
 #include <fmt/format.h>
 
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/openai_serving.h"
+#include "server/tool_parser.h"
 
 namespace pagellm::server {
 
@@ -16,10 +14,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
-}
+std::string random_id(const char* prefix) { return prefix + random_alphanumeric(24); }
 
 // Content given as a string or as a list of {"type": "input_text" | "output_text" | "text", "text"}.
 std::optional<ApiError> content_text(const Json& content, const std::string& param, std::string& out) {

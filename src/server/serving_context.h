@@ -21,6 +21,7 @@ struct ServingContext {
   std::string chat_template_error;
   std::string served_model_name;
   std::string model_dir;
+  std::string tokenizer_dir;                    // --tokenizer, else model_dir: tokenizer.json, tokenizer_config.json
   std::string api_key;                          // empty: no authentication
   ParseOptions parse_options;                   // served name, vocab size, limits
   int max_model_len = 0;

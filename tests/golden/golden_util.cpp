@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "io/safetensors.h"
 #include "model/model.h"
 
 namespace pagellm {
@@ -200,6 +201,20 @@ void expect_matches_transformers(const std::string& device, const fs::path& dir)
     std::fprintf(stderr, "  %s prompt %zu: max |logit err| %.3g of max |logit| %.3g\n", fixture.c_str(),
                  c.prompt.size(), max_err, max_abs_logit);
   }
+}
+
+Status write_as_vision_language_weights(const fs::path& src_dir, const fs::path& dst_dir, const std::string& text_prefix,
+                                        const std::vector<std::string>& extra) {
+  PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(src_dir.string()));
+  SafetensorsWriter writer;
+  for (const std::string& name : checkpoint.names()) {
+    const TensorInfo* t = checkpoint.find(name);
+    const auto* bytes = static_cast<const uint8_t*>(t->data);
+    const std::string renamed = name.rfind("model.", 0) == 0 ? text_prefix + name.substr(6) : name;
+    writer.add(renamed, t->dtype, t->shape, std::vector<uint8_t>(bytes, bytes + t->nbytes));
+  }
+  for (const std::string& name : extra) writer.add(name, DType::kF32, {4, 4}, std::vector<uint8_t>(64, 0));
+  return writer.write((dst_dir / "model.safetensors").string());
 }
 
 }  // namespace pagellm

@@ -89,6 +89,13 @@ GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens);
 // every step; bf16 ones the same greedy tokens while the oracle's margin is clear, logits within 2%.
 void expect_matches_transformers(const std::string& device, const fs::path& dir);
 
+// Writes <dst_dir>/model.safetensors: the checkpoint of src_dir with "model." names moved under
+// text_prefix ("model.language_model.", "language_model.model."), plus zero [4, 4] f32 tensors
+// named `extra` (vision towers and other weights a text engine must ignore). As released
+// vision-language checkpoints keep their text model.
+Status write_as_vision_language_weights(const fs::path& src_dir, const fs::path& dst_dir, const std::string& text_prefix,
+                                        const std::vector<std::string>& extra);
+
 // An engine for model_dir on device, with 64 MiB of KV cache unless config says otherwise; null (and
 // a failed expectation) if it doesn't load.
 std::unique_ptr<LLM> make_test_llm(const fs::path& model_dir, EngineConfig config, const std::string& device = "cpu");

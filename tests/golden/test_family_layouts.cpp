@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
-#include "io/safetensors.h"
 #include "model/model.h"
 
 namespace pagellm {
@@ -30,18 +29,9 @@ fs::path rewrite_as_vision_language(const std::string& text_prefix) {
                                  {"text_config", text_config},
                                  {"vision_config", {{"model_type", "siglip_vision_model"}, {"hidden_size", 16}}}};
   std::ofstream(dir / "config.json") << config.dump(2);
-  auto checkpoint = Checkpoint::open_dir(kText.string());
-  EXPECT_TRUE(checkpoint.has_value()) << checkpoint.status().message();
-  SafetensorsWriter writer;
-  for (const std::string& name : checkpoint->names()) {
-    const TensorInfo* t = checkpoint->find(name);
-    const auto* bytes = static_cast<const uint8_t*>(t->data);
-    const std::string renamed = name.rfind("model.", 0) == 0 ? text_prefix + name.substr(6) : name;
-    writer.add(renamed, t->dtype, t->shape, std::vector<uint8_t>(bytes, bytes + t->nbytes));
-  }
-  writer.add("vision_tower.vision_model.embeddings.patch_embedding.weight", DType::kF32, {4, 4},
-             std::vector<uint8_t>(64, 0));
-  EXPECT_TRUE(writer.write((dir / "model.safetensors").string()).is_ok());
+  const Status written = write_as_vision_language_weights(
+      kText, dir, text_prefix, {"vision_tower.vision_model.embeddings.patch_embedding.weight"});
+  EXPECT_TRUE(written.is_ok()) << written.message();
   return dir;
 }
 

@@ -180,18 +180,10 @@ TEST(HybridGoldenLayout, VisionLanguageCheckpointServesItsTextModel) {
   config["text_config"].erase("architectures");
   std::ofstream(dir / "config.json") << config.dump(2);
 
-  auto checkpoint = Checkpoint::open_dir(text_dir.string());
-  ASSERT_TRUE(checkpoint.has_value()) << checkpoint.status().message();
-  SafetensorsWriter writer;
-  for (const std::string& name : checkpoint->names()) {
-    const TensorInfo* t = checkpoint->find(name);
-    const auto* bytes = static_cast<const uint8_t*>(t->data);
-    const std::string renamed = name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name;
-    writer.add(renamed, t->dtype, t->shape, std::vector<uint8_t>(bytes, bytes + t->nbytes));
-  }
-  for (const char* extra : {"model.visual.patch_embed.proj.weight", "model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"})
-    writer.add(extra, DType::kF32, {4, 4}, std::vector<uint8_t>(64, 0));
-  ASSERT_TRUE(writer.write((dir / "model.safetensors").string()).is_ok());
+  ASSERT_TRUE(write_as_vision_language_weights(text_dir, dir, "model.language_model.",
+                                              {"model.visual.patch_embed.proj.weight",
+                                               "model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"})
+                  .is_ok());
 
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.has_value());
