@@ -57,7 +57,8 @@ export FLAGS_STR="${flags[*]}"
 tokenizer_srcs=$(ls src/tokenizer/*.cpp | grep -v -e '/jinja_' -e '/chat_template')
 template_srcs=$(ls src/tokenizer/jinja_*.cpp src/tokenizer/chat_template.cpp)
 http_srcs="src/server/http_message.cpp src/server/http_connection.cpp"
-openai_srcs="src/server/openai_request.cpp src/server/json_fields.cpp src/server/api_error.cpp src/sched/request.cpp"
+openai_srcs="src/server/openai_request.cpp src/server/json_fields.cpp src/server/api_error.cpp src/sched/request.cpp
+  $(ls src/server/tool_parser*.cpp) src/server/reasoning_parser.cpp"
 need_srcs=""
 for h in "${harnesses[@]}"; do
   case "$h" in
