@@ -315,7 +315,6 @@ void Engine::step() {
     it->second->was_scheduled = true;  // queue time ends at the first admission, not after preemptions
     metrics_.update([&](EngineMetrics& m) {
       m.queue_time.observe(seconds_between(it->second->submitted, started));
-      m.vllm_queue_time.observe(seconds_between(it->second->submitted, started));
     });
   }
   runner_->launch(plan);  // an empty plan launches nothing (it drops finished requests' state)
@@ -415,11 +414,9 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
         ++m.generation_tokens;
         if (!live.has_first_token) {
           m.ttft.observe(seconds_between(live.submitted, now));
-          m.vllm_ttft.observe(seconds_between(live.submitted, now));
           m.prompt_tokens += static_cast<uint64_t>(live.num_prompt_tokens);
         } else {
           m.inter_token.observe(seconds_between(live.last_token, now));
-          m.vllm_tpot.observe(seconds_between(live.last_token, now));
         }
       });
       ++live.num_output_tokens;
@@ -472,7 +469,6 @@ void Engine::end_request(RequestId id, FinishReason reason, Status error) {
   }
   metrics_.update([&](EngineMetrics& m) {
     m.e2e.observe(seconds_between(live->submitted, Clock::now()));
-    m.vllm_e2e.observe(seconds_between(live->submitted, Clock::now()));
     m.request_prompt_tokens.observe(live->num_prompt_tokens);
     m.request_generation_tokens.observe(live->num_output_tokens);
     if (reason == FinishReason::kStop) ++m.finished_stop;

@@ -29,6 +29,18 @@ struct Histogram {
   void observe(double value);
 };
 
+// One latency observed into pagellm's fine buckets and into vLLM's buckets for the same quantity
+// (/metrics exports both families).
+struct LatencyHistogram {
+  explicit LatencyHistogram(const std::vector<double>& vllm_bounds) : vllm(vllm_bounds) {}
+  Histogram pagellm;
+  Histogram vllm;
+  void observe(double seconds) {
+    pagellm.observe(seconds);
+    vllm.observe(seconds);
+  }
+};
+
 struct EngineMetrics {
   int num_running = 0;
   int num_waiting = 0;
@@ -41,11 +53,11 @@ struct EngineMetrics {
   uint64_t preemptions = 0;
   uint64_t steps = 0;
   double step_time_total_s = 0.0;
-  Histogram ttft, inter_token, e2e, queue_time, step_time;
-  // The same observations in vLLM's buckets, and per-request token counts (at finish).
-  Histogram vllm_ttft{Histogram::vllm_ttft_bounds_s()}, vllm_tpot{Histogram::vllm_tpot_bounds_s()};
-  Histogram vllm_e2e{Histogram::vllm_request_latency_bounds_s()};
-  Histogram vllm_queue_time{Histogram::vllm_request_latency_bounds_s()};
+  LatencyHistogram ttft{Histogram::vllm_ttft_bounds_s()}, inter_token{Histogram::vllm_tpot_bounds_s()};
+  LatencyHistogram e2e{Histogram::vllm_request_latency_bounds_s()};
+  LatencyHistogram queue_time{Histogram::vllm_request_latency_bounds_s()};
+  Histogram step_time;
+  // Per-request token counts, at finish (vLLM's request_prompt_tokens / request_generation_tokens).
   Histogram request_prompt_tokens{Histogram::token_count_bounds()};
   Histogram request_generation_tokens{Histogram::token_count_bounds()};
 };

@@ -85,11 +85,11 @@ std::string vllm_families(const EngineMetrics& m, std::string_view model_name) {
   w.sample("request_success_total", static_cast<double>(m.finished_abort), "finished_reason=\"abort\"");
   w.histogram("request_prompt_tokens", "Number of prefill tokens processed.", m.request_prompt_tokens);
   w.histogram("request_generation_tokens", "Number of generation tokens processed.", m.request_generation_tokens);
-  w.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.vllm_ttft);
-  w.histogram("time_per_output_token_seconds", "Histogram of time per output token in seconds.", m.vllm_tpot);
-  w.histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.vllm_tpot);
-  w.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.vllm_e2e);
-  w.histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.vllm_queue_time);
+  w.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft.vllm);
+  w.histogram("time_per_output_token_seconds", "Histogram of time per output token in seconds.", m.inter_token.vllm);
+  w.histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.inter_token.vllm);
+  w.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e.vllm);
+  w.histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time.vllm);
   return w.take();
 }
 
@@ -116,10 +116,10 @@ std::string prometheus_text(const EngineMetrics& m, std::string_view model_name)
   w.counter("num_preemptions", "Preemptions (requests recomputed after losing their KV blocks).",
             static_cast<double>(m.preemptions));
   w.counter("engine_steps", "Engine steps that ran the model.", static_cast<double>(m.steps));
-  w.histogram("time_to_first_token_seconds", "Time from submission to the first generated token.", m.ttft);
-  w.histogram("inter_token_latency_seconds", "Time between successive tokens of a request.", m.inter_token);
-  w.histogram("e2e_request_latency_seconds", "Time from submission to the end of a request.", m.e2e);
-  w.histogram("request_queue_time_seconds", "Time requests spent waiting before their first schedule.", m.queue_time);
+  w.histogram("time_to_first_token_seconds", "Time from submission to the first generated token.", m.ttft.pagellm);
+  w.histogram("inter_token_latency_seconds", "Time between successive tokens of a request.", m.inter_token.pagellm);
+  w.histogram("e2e_request_latency_seconds", "Time from submission to the end of a request.", m.e2e.pagellm);
+  w.histogram("request_queue_time_seconds", "Time requests spent waiting before their first schedule.", m.queue_time.pagellm);
   w.histogram("engine_step_seconds", "Duration of one engine step.", m.step_time);
   return w.take() + vllm_families(m, model_name);
 }
