@@ -280,12 +280,11 @@ bool is_hybrid_model_type(std::string_view model_type) {
 }
 
 // sliding_window and layer_types (A.8, B.2).
-Status read_attention_pattern(const FieldReader& reader, const std::string& source,
+Status read_attention_pattern(const FieldReader& reader, const std::string& source, const FamilyDefaults& defaults,
                               ModelConfig* config) {
   const bool is_qwen = starts_with(config->model_type, "qwen");
   bool use_sliding_window = false;
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("use_sliding_window", &use_sliding_window));
-  const FamilyDefaults defaults = family_defaults(config->model_type);
   // Qwen configs carry a sliding_window value even when it is off; transformers drops it then.
   if (!is_qwen || use_sliding_window) {
     if (!reader.contains("sliding_window")) config->sliding_window = defaults.sliding_window;
@@ -364,7 +363,7 @@ Status read_dtype(const FieldReader& reader, ModelConfig* config) {
   return Status::ok();
 }
 
-Status read_sizes(const FieldReader& reader, ModelConfig* config) {
+Status read_sizes(const FieldReader& reader, const FamilyDefaults& defaults, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("vocab_size", &config->vocab_size, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("hidden_size", &config->hidden_size, true));
   PAGELLM_RETURN_IF_ERROR(
@@ -400,7 +399,7 @@ Status read_sizes(const FieldReader& reader, ModelConfig* config) {
   PAGELLM_RETURN_IF_ERROR(
       reader.get_int("max_position_embeddings", &config->max_position_embeddings));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("rms_norm_eps", &config->rms_norm_eps));
-  config->hidden_act = family_defaults(config->model_type).hidden_act;
+  config->hidden_act = defaults.hidden_act;
   PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_act", &config->hidden_act));
   // Gemma's MLP reads hidden_activation (its configs may carry both).
   PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_activation", &config->hidden_act));
@@ -472,13 +471,13 @@ Expected<ModelConfig> parse_model_config(const nlohmann::json& config_json,
   const FieldReader reader(merged, source, "", &text_keys);
 
   PAGELLM_RETURN_IF_ERROR(reader.get_string("model_type", &config.model_type));
+  const FamilyDefaults defaults = family_defaults(config.model_type);
   PAGELLM_RETURN_IF_ERROR(read_dtype(reader, &config));
-  PAGELLM_RETURN_IF_ERROR(read_sizes(reader, &config));
+  PAGELLM_RETURN_IF_ERROR(read_sizes(reader, defaults, &config));
   PAGELLM_RETURN_IF_ERROR(read_rope(reader, source, &config));
-  PAGELLM_RETURN_IF_ERROR(read_attention_pattern(reader, source, &config));
+  PAGELLM_RETURN_IF_ERROR(read_attention_pattern(reader, source, defaults, &config));
   PAGELLM_RETURN_IF_ERROR(reader.get_int_list("eos_token_id", &config.eos_token_ids, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_int("bos_token_id", &config.bos_token_id));
-  const FamilyDefaults defaults = family_defaults(config.model_type);
   // A key present as null turns a default soft-cap off (transformers reads it as None).
   if (!reader.contains("attn_logit_softcapping")) config.attn_logit_softcapping = defaults.attn_logit_softcapping;
   if (!reader.contains("final_logit_softcapping")) config.final_logit_softcapping = defaults.final_logit_softcapping;
