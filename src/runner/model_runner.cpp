@@ -314,7 +314,7 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
       }
       if (row.token_mask) {
         CHECK_MSG(static_cast<int64_t>(row.token_mask->size()) >= layout.mask_words,
-                  "[runner] request {}: a token mask of {} words for {} ", row.request_id, row.token_mask->size(),
+                  "[runner] request {}: a token mask of {} words, the vocabulary needs {}", row.request_id, row.token_mask->size(),
                   layout.mask_words);
         mask_rows[num_masks] = penalised_row;
         std::memcpy(masks + num_masks * layout.mask_words, row.token_mask->data(), 4 * layout.mask_words);
