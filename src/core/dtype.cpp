@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <cmath>
+#include <limits>
+
 #include "core/check.h"
 
 namespace pagellm {
@@ -12,6 +15,7 @@ size_t dtype_size_bytes(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -24,6 +28,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
     case DType::kU8: return "u8";
+    case DType::kF8E4M3: return "f8_e4m3";
   }
   return "?";
 }
@@ -87,6 +92,38 @@ float f16_bits_to_f32(uint16_t bits) {
   return value;
 }
 
+uint8_t f32_to_e4m3_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  const float magnitude = std::fabs(value);
+  if (magnitude >= kE4M3Max) return static_cast<uint8_t>(sign | 0x7eu);  // saturate (inf too)
+  if (magnitude < 0.015625f) {  // below 2^-6: subnormal, m * 2^-9; rint rounds ties to even
+    const auto m = static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
+    return static_cast<uint8_t>(sign | m);  // m == 8 is exactly the smallest normal's encoding
+  }
+  int exponent = 0;
+  const float fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction * 2^exponent, [0.5, 1)
+  int unbiased = exponent - 1;
+  auto mantissa = static_cast<int>(std::nearbyint((fraction * 2.0f - 1.0f) * 8.0f));
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++unbiased;
+  }
+  if (unbiased > 8 || (unbiased == 8 && mantissa > 6)) return static_cast<uint8_t>(sign | 0x7eu);
+  return static_cast<uint8_t>(sign | ((unbiased + 7) << 3) | mantissa);
+}
+
+float e4m3_bits_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
 void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count) {
   switch (src_dtype) {
     case DType::kF32:
@@ -100,6 +137,11 @@ void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count) 
     case DType::kF16: {
       const auto* in = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = f16_bits_to_f32(in[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = e4m3_bits_to_f32(in[i]);
       return;
     }
     default:
@@ -120,6 +162,11 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t count
     case DType::kF16: {
       auto* out = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < count; ++i) out[i] = f32_to_f16_bits(src[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      auto* out = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) out[i] = f32_to_e4m3_bits(src[i]);
       return;
     }
     default:

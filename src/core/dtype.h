@@ -8,7 +8,9 @@
 
 namespace pagellm {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8 };
+// kF8E4M3: OCP float8 e4m3fn (bias 7, no infinities, max 448, NaN 0x7f/0xff), as safetensors'
+// F8_E4M3 and torch.float8_e4m3fn; used for quantized weights and the FP8 KV cache.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kF8E4M3 };
 
 size_t dtype_size_bytes(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
@@ -38,18 +40,26 @@ uint16_t f32_to_f16_bits(float value);
 float f16_bits_to_f32(uint16_t bits);
 inline float round_to_f16(float value) { return f16_bits_to_f32(f32_to_f16_bits(value)); }
 
+// float8 e4m3fn. Narrowing rounds to nearest even and saturates to +-448 (CUDA's satfinite
+// conversion, what vLLM's FP8 KV cache and quantizers use); NaN stays NaN.
+uint8_t f32_to_e4m3_bits(float value);
+float e4m3_bits_to_f32(uint8_t bits);
+inline float round_to_e4m3(float value) { return e4m3_bits_to_f32(f32_to_e4m3_bits(value)); }
+inline constexpr float kE4M3Max = 448.0f;
+
 // Rounds `value` to what `dtype` can hold (f32: unchanged).
 inline float round_to_dtype(float value, DType dtype) {
   switch (dtype) {
     case DType::kBF16: return round_to_bf16(value);
     case DType::kF16: return round_to_f16(value);
+    case DType::kF8E4M3: return round_to_e4m3(value);
     default: return value;
   }
 }
 
-// Widen `count` elements of `src` (f32, bf16 or f16) into f32.
+// Widen `count` elements of `src` (f32, bf16, f16 or f8_e4m3) into f32.
 void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t count);
-// Narrow `count` f32 values into `dst` of `dst_dtype` (f32, bf16 or f16).
+// Narrow `count` f32 values into `dst` of `dst_dtype` (f32, bf16, f16 or f8_e4m3).
 void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t count);
 
 }  // namespace pagellm

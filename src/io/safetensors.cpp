@@ -37,7 +37,7 @@ constexpr DTypeSpec kDTypeSpecs[] = {
     {"I16", std::nullopt, 16},        {"U16", std::nullopt, 16},
     {"U32", std::nullopt, 32},        {"U64", std::nullopt, 64},
     {"F64", std::nullopt, 64},        {"C64", std::nullopt, 64},
-    {"F8_E5M2", std::nullopt, 8},     {"F8_E4M3", std::nullopt, 8},
+    {"F8_E5M2", std::nullopt, 8},     {"F8_E4M3", DType::kF8E4M3, 8},
     {"F8_E8M0", std::nullopt, 8},     {"F8_E4M3FNUZ", std::nullopt, 8},
     {"F8_E5M2FNUZ", std::nullopt, 8}, {"F4", std::nullopt, 0},
     {"F6_E2M3", std::nullopt, 0},     {"F6_E3M2", std::nullopt, 0},
@@ -331,7 +331,7 @@ Expected<const TensorInfo*> Checkpoint::get(std::string_view name,
     const auto unsupported = unsupported_.find(name);
     if (unsupported != unsupported_.end()) {
       return unimplemented(
-          "[checkpoint] tensor '{}' is stored as {}; pagellm reads F32, BF16, F16, I32, I64 and U8",
+          "[checkpoint] tensor '{}' is stored as {}; pagellm reads F32, BF16, F16, F8_E4M3, I32, I64 and U8",
           name, unsupported->second);
     }
     return not_found("[checkpoint] tensor '{}' is missing from {} ({} tensors)", name, source_,

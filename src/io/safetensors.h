@@ -69,7 +69,7 @@ class Checkpoint {
   std::string source_;
   std::vector<std::shared_ptr<const MappedFile>> files_;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
-  // Tensors stored in a dtype DType cannot hold (F64, I8, F8_E4M3, ...): name -> "F64 in <file>".
+  // Tensors stored in a dtype DType cannot hold (F64, I8, F8_E5M2, ...): name -> "F64 in <file>".
   std::map<std::string, std::string, std::less<>> unsupported_;
 };
 
