@@ -317,6 +317,45 @@ if has pagellm && [ -n "${GPU_CHECK_NCU_PREFILL:-}" ] && [ -n "$ncu_bin" ]; then
   done
 fi
 
+# ----- quantized checkpoints and KV cache (GPU_CHECK_QUANT="bf16 kvfp8 fp8 awq gptq") -------------
+# make-model GPU_CHECK_QUANT_PRESET (default qwen3-8b) once per weight format (bf16, or --quantize
+# fp8/awq/gptq; kvfp8 = the bf16 checkpoint served with --kv-cache-dtype fp8), serve it, W1 at
+# GPU_CHECK_QUANT_LEVELS (default "1 128"); the KV block count of each server's start-up log beside.
+if has pagellm && [ -n "${GPU_CHECK_QUANT:-}" ] && [ -f assets/tokenizers/qwen3/tokenizer.json ]; then
+  port=18435
+  preset=${GPU_CHECK_QUANT_PRESET:-qwen3-8b}
+  for variant in $GPU_CHECK_QUANT; do
+    format=$variant serve_flags=()
+    [ "$variant" = kvfp8 ] && { format=bf16; serve_flags=(--kv-cache-dtype fp8); }
+    model=/tmp/quant_$format
+    if [ ! -f "$model/config.json" ]; then
+      rm -rf /tmp/quant_*  # disk: one checkpoint at a time
+      quantize=(); [ "$format" != bf16 ] && quantize=(--quantize "$format")
+      start=$(date +%s)
+      "$build/src/pagellm" make-model --preset "$preset" --out "$model" --tokenizer assets/tokenizers/qwen3 "${quantize[@]}" \
+        >"$out/make_model_quant_$format.log" 2>&1 || { tail -3 "$out/make_model_quant_$format.log"; note "make-model $preset $format FAILED"; continue; }
+      note "make-model $preset $format: $(du -sh "$model" | cut -f1) in $(( $(date +%s) - start )) s"
+    fi
+    "$build/src/pagellm" serve --model "$model" --device cuda --port $port --max-num-seqs 128 --served-model-name "$preset" \
+      "${serve_flags[@]}" >"$out/serve_quant_$variant.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 360); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+    note "serve $preset $variant: $(grep -m1 -iE 'KV cache.*blocks|blocks of' "$out/serve_quant_$variant.log" | cut -c1-200)"
+    for level in ${GPU_CHECK_QUANT_LEVELS:-1 128}; do
+      prompts=$((level == 1 ? 6 : 4 * level))
+      log="$out/w1_quant_${variant}_c$level"
+      timeout "${GPU_CHECK_W1_TIMEOUT:-150}" "$build/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model "$preset" \
+        --tokenizer "$model" --dataset random --random-input-len 512 --random-output-len 128 --ignore-eos \
+        --request-rate inf --max-concurrency $level --num-prompts $prompts --no-progress --result-json "$log.json" >"$log.log" 2>&1
+      rc=$?
+      note "W1 $preset $variant concurrency $level: rc=$rc $(grep -iE 'output token throughput' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median ttft' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'median tpot' "$log.log" | head -1 | tr -s ' ') | $(grep -iE 'failed' "$log.log" | head -1 | tr -s ' ')"
+    done
+    kill $server 2>/dev/null; wait $server 2>/dev/null
+    tail -2 "$out/serve_quant_$variant.log"
+  done
+  rm -rf /tmp/quant_*
+fi
+
 # ----- batch invariance (GPU_CHECK_INVARIANCE=1): one prompt alone and as 64 copies in one batch ----
 if has pagellm && [ -n "${GPU_CHECK_INVARIANCE:-}" ] && [ -f /tmp/qwen3-0.6b/config.json ]; then
   python3 -c "import json,random; r=random.Random(5); p=[r.randrange(1000,100000) for _ in range(200)]; print(json.dumps({'prompt_ids': p}))" >/tmp/inv1.jsonl
