@@ -378,7 +378,7 @@ TEST(Safetensors, MetadataIgnoredAndUnsupportedDTypeReportedOnRequest) {
   ASSERT_FALSE(fetched.has_value());
   EXPECT_EQ(fetched.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(fetched.status().message(), "[checkpoint] tensor 'd' is stored as F64 in " + path +
-                                            "; pagellm reads F32, BF16, F16, I32, I64 and U8");
+                                            "; pagellm reads F32, BF16, F16, F8_E4M3, I32, I64 and U8");
   // The span of a known-but-unsupported dtype is still checked.
   write_raw(path, R"({"d":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", 8);
   EXPECT_PRED2(has_substr, open_error(path),
