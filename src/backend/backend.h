@@ -121,6 +121,28 @@ class Backend {
 
   // out[M, N] = x[M, K] . w[N, K]^T
   virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;
+
+  // ---- Quantized weights (layers::Linear chooses; each format's loader fills these layouts).
+  // Block-scaled FP8 (the Hugging Face "fp8" format, DeepSeek style):
+  //   w [N, K] f8_e4m3, w_scale [ceil(N / block_n), ceil(K / block_k)] f32, and
+  //   W[n, k] = float(w[n, k]) * w_scale[n / block_n, k / block_k] (the scale is a dequant multiplier).
+  // out[M, N] = x[M, K] . W^T with f32 accumulation, rounded once to out's dtype (x's dtype). The
+  // reference dequantizes W in f32 and multiplies by x as given; a device may also quantize x per
+  // token and 128-group (W8A8) for large M, within the kernel tests' tolerance.
+  virtual void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
+                                int64_t block_n, int64_t block_k) {
+    CHECK_MSG(false, "[{}] matmul_fp8_block is not implemented on this backend", name());
+  }
+  // Group-quantized 4-bit weights (AWQ and GPTQ, repacked at load into one layout):
+  //   qweight [N, K / 8] i32: bits 4j..4j+3 of word qweight[n, k / 8] hold q[n, k] for j = k % 8 (0..15);
+  //   scales [N, K / group_size] f32; zeros [N, K / group_size] u8 (0..15);
+  //   W[n, k] = (q[n, k] - zeros[n, k / group_size]) * scales[n, k / group_size], in f32.
+  // out[M, N] = x[M, K] . W^T with f32 accumulation, rounded once to out's dtype. K % group_size == 0,
+  // group_size % 8 == 0.
+  virtual void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
+                           const TensorView& zeros, int64_t group_size) {
+    CHECK_MSG(false, "[{}] matmul_int4 is not implemented on this backend", name());
+  }
   // out[rows, D] = rms_norm(x[rows, D]) with weight w[D]; rows may be any leading shape.
   virtual void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                         NormWeight mode) = 0;
