@@ -21,6 +21,11 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--weight-std", options->weight_std, "std of the random matrix entries")->capture_default_str();
   cmd->add_option("--tokenizer", options->tokenizer_dir, "folder with tokenizer.json to copy (default: assets/tokenizers/<the preset's family>)");
   cmd->add_flag("--no-tokenizer", *no_tokenizer, "write no tokenizer files");
+  cmd->add_option("--quantize", options->quantize,
+                  "write the projections quantized: fp8 (e4m3, 128x128 blocks), awq (4-bit, zero points) or gptq "
+                  "(4-bit symmetric), with the matching quantization_config");
+  cmd->add_option("--group-size", options->group_size, "awq / gptq group size (default 128, or 64 / 32 when 128 "
+                                                       "does not divide the preset's widths)");
   cmd->callback([options, dtype_name_arg, no_tokenizer] {
     if (!parse_dtype(*dtype_name_arg, &options->dtype))
       throw CommandError(fmt::format("[make-model] unknown dtype '{}': bf16, f16 or f32", *dtype_name_arg));
@@ -32,9 +37,10 @@ void add_make_model_command(CLI::App& app) {
           (std::filesystem::path(default_tokenizer_assets_dir()) / preset_tokenizer(options->preset)).string();
     }
     throw_if_error(make_model(*options));
-    std::printf("wrote %s (preset %s, seed %llu, %s, random weights)\n", options->out_dir.c_str(),
+    std::printf("wrote %s (preset %s, seed %llu, %s%s%s, random weights)\n", options->out_dir.c_str(),
                 options->preset.c_str(), static_cast<unsigned long long>(options->seed),
-                std::string(dtype_name(options->dtype)).c_str());
+                std::string(dtype_name(options->dtype)).c_str(), options->quantize.empty() ? "" : ", quantized ",
+                options->quantize.c_str());
   });
 }
 

@@ -488,6 +488,9 @@ Expected<ModelConfig> parse_model_config(const nlohmann::json& config_json,
       reader.get_optional_double("final_logit_softcapping", &config.final_logit_softcapping));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_double("query_pre_attn_scalar", &config.query_pre_attn_scalar));
   PAGELLM_RETURN_IF_ERROR(read_hybrid_and_moe(reader, &config));
+  if (const auto it = merged.find("quantization_config"); it != merged.end() && !it->is_null()) {
+    PAGELLM_ASSIGN_OR_RETURN(config.quantization, parse_quant_config(*it, source));
+  }
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/quant_config.h"
 
 namespace pagellm {
 
@@ -51,6 +52,7 @@ struct ModelConfig {
   bool mlp_bias = false;        // gate, up and down projections carry biases
   std::vector<int64_t> eos_token_ids;  // int or list in config.json; may be empty
   std::optional<int64_t> bos_token_id;
+  QuantConfig quantization;  // "quantization_config"; method kNone when absent
 
   // Hybrid Gated DeltaNet fields (Qwen3.5 / Qwen3-Next); 0 when absent.
   int64_t linear_num_key_heads = 0;

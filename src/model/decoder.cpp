@@ -120,7 +120,7 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
 Status DecoderModel::load(const Checkpoint& checkpoint) {
   const int64_t h = config_.hidden_size, v = config_.vocab_size;
   PAGELLM_ASSIGN_OR_RETURN(activation_, layers::parse_activation(config_.hidden_act));
-  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype));
+  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype), config_.quantization);
   PAGELLM_ASSIGN_OR_RETURN(rotary_, layers::make_rotary(backend_, config_.rope, config_.head_dim));
   if (config_.rope_local) {
     PAGELLM_ASSIGN_OR_RETURN(layers::Rotary local, layers::make_rotary(backend_, *config_.rope_local, config_.head_dim));

@@ -42,18 +42,21 @@ std::vector<float> regroup_qwen3_next(const std::vector<float>& qkvz, const std:
   return fused;
 }
 
-Expected<Tensor> load_in_proj(WeightLoader& loader, Backend& backend, DType weight_dtype, const GdnShape& s,
-                              const std::string& p) {
+Expected<layers::Linear> load_in_proj(WeightLoader& loader, Backend& backend, DType weight_dtype, const GdnShape& s,
+                                      const std::string& p) {
   const int64_t h = s.hidden;
-  if (loader.has(p + "in_proj_qkvz.weight")) {
+  if (loader.has(p + "in_proj_qkvz.weight")) {  // dense only: the regrouping permutes rows of a plain matrix
     PAGELLM_ASSIGN_OR_RETURN(std::vector<float> qkvz,
                              loader.load_host_f32(p + "in_proj_qkvz.weight", {s.conv_dim() + s.value_dim(), h}));
     PAGELLM_ASSIGN_OR_RETURN(std::vector<float> ba, loader.load_host_f32(p + "in_proj_ba.weight", {2 * s.num_v_heads, h}));
-    return upload_matrix(backend, regroup_qwen3_next(qkvz, ba, s), Shape{s.in_proj_rows(), h}, weight_dtype);
+    layers::Linear linear;
+    linear.weight = upload_matrix(backend, regroup_qwen3_next(qkvz, ba, s), Shape{s.in_proj_rows(), h}, weight_dtype);
+    return linear;
   }
-  return loader.load_rows({p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight",
-                           p + "in_proj_a.weight"},
-                          {{s.conv_dim(), h}, {s.value_dim(), h}, {s.num_v_heads, h}, {s.num_v_heads, h}});
+  return layers::load_linear(loader,
+                             {{p + "in_proj_qkv", s.conv_dim()}, {p + "in_proj_z", s.value_dim()},
+                              {p + "in_proj_b", s.num_v_heads}, {p + "in_proj_a", s.num_v_heads}},
+                             h, false);
 }
 
 }  // namespace
@@ -80,7 +83,7 @@ Expected<GdnWeights> load_gdn_weights(WeightLoader& loader, Backend& backend, DT
   w.a_log = upload_matrix(backend, a_log, Shape{s.num_v_heads}, DType::kF32);
   w.dt_bias = upload_matrix(backend, dt_bias, Shape{s.num_v_heads}, DType::kF32);
   PAGELLM_ASSIGN_OR_RETURN(w.norm, loader.load(p + "norm.weight", {s.dv}));
-  PAGELLM_ASSIGN_OR_RETURN(w.out_proj, loader.load(p + "out_proj.weight", {s.hidden, s.value_dim()}));
+  PAGELLM_ASSIGN_OR_RETURN(w.out_proj, layers::load_linear(loader, {{p + "out_proj", s.hidden}}, s.value_dim(), false));
   return w;
 }
 
@@ -98,7 +101,7 @@ void GdnMixer::forward(const GdnWeights& w, const StepBatch& batch, const GdnSta
   TensorView in_proj = act_.rows(kInProj, num_tokens);  // [T, conv_dim + value_dim + 2 Hv]
   TensorView conv = act_.rows(kConvOut, num_tokens);    // [T, conv_dim]
   TensorView core = act_.rows(kCore, num_tokens);       // [T, value_dim]
-  backend_.matmul(in_proj, normed, w.in_proj);
+  w.in_proj.forward(backend_, in_proj, normed);
 
   GdnParams params;
   params.cu_seqlens_q = batch.cu_seqlens_q;
@@ -115,7 +118,7 @@ void GdnMixer::forward(const GdnWeights& w, const StepBatch& batch, const GdnSta
   TensorView core_heads = core.reshape({num_tokens, s.num_v_heads, s.dv});
   backend_.gdn_delta_rule(core_heads, q, k, v, a, b, w.a_log, w.dt_bias, state.recurrent, params);
   backend_.gated_rms_norm(core_heads, core_heads, z, w.norm, eps_);  // in place, row by row
-  backend_.matmul(out, core, w.out_proj);
+  w.out_proj.forward(backend_, out, core);
 }
 
 }  // namespace pagellm

@@ -14,18 +14,19 @@
 
 #include "io/model_config.h"
 #include "model/activations.h"
+#include "model/layers/linear.h"
 #include "model/step_batch.h"
 #include "model/weights.h"
 
 namespace pagellm {
 
 struct GdnWeights {
-  Tensor in_proj;   // [conv_dim + value_dim + 2 Hv, H]  rows: q | k | v | z | b | a
+  layers::Linear in_proj;   // [conv_dim + value_dim + 2 Hv, H]  rows: q | k | v | z | b | a
   Tensor conv1d;    // [conv_dim, K]
   Tensor a_log;     // [Hv], f32
   Tensor dt_bias;   // [Hv], f32
   Tensor norm;      // [dv], plain weight
-  Tensor out_proj;  // [H, value_dim]
+  layers::Linear out_proj;  // [H, value_dim]
 };
 
 // Sizes of the GDN layers of a config.

@@ -1,6 +1,7 @@
 #include "model/make_model.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "core/logging.h"
 #include "io/safetensors.h"
+#include "model/quant_formats.h"
 
 namespace pagellm {
 
@@ -209,11 +211,95 @@ nlohmann::ordered_json config_json(const Preset& p, DType dtype, bool has_tokeni
   return c;
 }
 
+template <typename T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(T));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<uint8_t> as_f16_bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * 2);
+  convert_from_f32(values.data(), bytes.data(), DType::kF16, values.size());
+  return bytes;
+}
+
+// A projection weight [rows, cols] in the format options.quantize names: the dense tensor's values
+// (the same bytes a dense checkpoint of this seed holds), quantized as the published formats store them.
+void add_projection(SafetensorsWriter& writer, const std::string& name, const std::vector<uint8_t>& dense_bytes,
+                    int64_t rows, int64_t cols, const MakeModelOptions& o, int64_t group_size) {
+  if (o.quantize.empty()) {
+    writer.add(name, o.dtype, {rows, cols}, dense_bytes);
+    return;
+  }
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  convert_to_f32(dense_bytes.data(), o.dtype, w.data(), w.size());
+  const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+  if (o.quantize == "fp8") {
+    const Fp8BlockWeight q = quantize_fp8_block(w.data(), rows, cols, 128, 128);
+    writer.add(prefix + ".weight", DType::kF8E4M3, {rows, cols}, q.weight);
+    writer.add(prefix + ".weight_scale_inv", DType::kF32, {(rows + 127) / 128, (cols + 127) / 128}, as_bytes(q.scales));
+    return;
+  }
+  const bool awq = o.quantize == "awq";
+  const Int4Weight q = quantize_int4(w.data(), rows, cols, group_size, /*symmetric=*/!awq);
+  const PackedInt4 packed = awq ? pack_awq(q) : pack_gptq(q, /*v2=*/false);
+  const int64_t groups = cols / group_size;
+  writer.add(prefix + ".qweight", DType::kI32, awq ? std::vector<int64_t>{cols, rows / 8} : std::vector<int64_t>{cols / 8, rows},
+             as_bytes(packed.qweight));
+  writer.add(prefix + ".qzeros", DType::kI32, {groups, rows / 8}, as_bytes(packed.qzeros));
+  writer.add(prefix + ".scales", DType::kF16, {groups, rows}, as_f16_bytes(packed.scales));
+  if (!awq) {
+    std::vector<int32_t> g_idx(static_cast<size_t>(cols));
+    for (int64_t k = 0; k < cols; ++k) g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / group_size);
+    writer.add(prefix + ".g_idx", DType::kI32, {cols}, as_bytes(g_idx));
+  }
+}
+
+bool is_projection(const std::string& name) {
+  for (const char* suffix : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
+                             "up_proj.weight", "down_proj.weight", "in_proj_qkv.weight", "in_proj_z.weight",
+                             "in_proj_b.weight", "in_proj_a.weight", "out_proj.weight"})
+    if (name.ends_with(suffix)) return true;
+  return false;
+}
+
+// The input widths of a preset's projections (the group size must divide each).
+std::vector<int64_t> projection_inputs(const Preset& p) {
+  std::vector<int64_t> widths = {p.hidden_size, p.intermediate_size, p.num_heads * p.head_dim};
+  if (p.is_hybrid()) widths.push_back(p.linear_heads * p.linear_head_dim);
+  return widths;
+}
+
+int64_t int4_group_size(const Preset& p, const MakeModelOptions& o) {
+  if (o.group_size > 0) return o.group_size;
+  for (int64_t g : {128, 64, 32}) {
+    bool divides = true;
+    for (int64_t width : projection_inputs(p)) divides = divides && width % g == 0;
+    if (divides) return g;
+  }
+  return 32;
+}
+
+nlohmann::ordered_json quantization_config(const std::string& quantize, int64_t group_size) {
+  if (quantize == "fp8")
+    return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+            {"weight_block_size", {128, 128}}};
+  if (quantize == "awq")
+    return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group_size}, {"zero_point", true},
+            {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+  return {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", group_size}, {"sym", true}, {"desc_act", false},
+          {"checkpoint_format", "gptq"}};
+}
+
 // Qwen3 and the other dense families (Llama, Mistral, Qwen2, Gemma), as the preset's options say.
 void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
   const float half_width = static_cast<float>(o.weight_std * std::sqrt(3.0));  // uniform std -> half width
+  const int64_t group_size = int4_group_size(p, o);
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    writer.add(name, o.dtype, {rows, cols}, random_bytes(name, rows * cols, o.seed, o.dtype, 0.0f, half_width));
+    std::vector<uint8_t> bytes = random_bytes(name, rows * cols, o.seed, o.dtype, 0.0f, half_width);
+    if (is_projection(name)) add_projection(writer, name, bytes, rows, cols, o, group_size);
+    else writer.add(name, o.dtype, {rows, cols}, std::move(bytes));
   };
   auto vector = [&](const std::string& name, int64_t size, float center, float width) {
     writer.add(name, o.dtype, {size}, random_bytes(name, size, o.seed, o.dtype, center, width));
@@ -259,7 +345,12 @@ void add_qwen35_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMo
     for (int64_t d : shape) count *= d;
     writer.add(name, o.dtype, shape, random_bytes(name, count, o.seed, o.dtype, center, width));
   };
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) { add(name, {rows, cols}, 0.0f, half_width); };
+  const int64_t group_size = int4_group_size(p, o);
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    if (!is_projection(name)) return add(name, {rows, cols}, 0.0f, half_width);
+    add_projection(writer, name, random_bytes(name, rows * cols, o.seed, o.dtype, 0.0f, half_width), rows, cols, o,
+                   group_size);
+  };
   auto offset_norm = [&](const std::string& name, int64_t size) { add(name, {size}, 0.0f, 0.1f); };
   const int64_t h = p.hidden_size, hd = p.head_dim, lh = p.linear_heads, ld = p.linear_head_dim;
   const int64_t key_dim = lh * ld, value_dim = lh * ld, conv_dim = 2 * key_dim + value_dim;
@@ -322,6 +413,16 @@ Status make_model(const MakeModelOptions& options) {
   if (options.dtype != DType::kBF16 && options.dtype != DType::kF32 && options.dtype != DType::kF16)
     return invalid_argument("[make-model] dtype must be bf16, f16 or f32");
   const Preset& preset = it->second;
+  if (!options.quantize.empty() && options.quantize != "fp8" && options.quantize != "awq" && options.quantize != "gptq")
+    return invalid_argument("[make-model] --quantize '{}' is not a format pagellm writes (fp8, awq or gptq)",
+                            options.quantize);
+  const int64_t group_size = int4_group_size(preset, options);
+  if (options.quantize == "awq" || options.quantize == "gptq") {
+    for (int64_t width : projection_inputs(preset))
+      if (group_size % 8 != 0 || width % group_size != 0)
+        return invalid_argument("[make-model] group size {} does not divide the preset's projection inputs ({})",
+                                group_size, width);
+  }
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) return invalid_argument("[make-model] cannot create {}: {}", options.out_dir, ec.message());
@@ -340,8 +441,9 @@ Status make_model(const MakeModelOptions& options) {
   if (preset.is_hybrid()) add_qwen35_tensors(writer, preset, options);
   else add_dense_tensors(writer, preset, options);
   PAGELLM_RETURN_IF_ERROR(writer.write((fs::path(options.out_dir) / "model.safetensors").string()));
-  return write_text(fs::path(options.out_dir) / "config.json",
-                    config_json(preset, options.dtype, has_tokenizer).dump(2) + "\n");
+  Json config = config_json(preset, options.dtype, has_tokenizer);
+  if (!options.quantize.empty()) config["quantization_config"] = quantization_config(options.quantize, group_size);
+  return write_text(fs::path(options.out_dir) / "config.json", config.dump(2) + "\n");
 }
 
 std::string default_tokenizer_assets_dir() {

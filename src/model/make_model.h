@@ -20,6 +20,12 @@ struct MakeModelOptions {
   DType dtype = DType::kBF16;
   std::string tokenizer_dir;  // copy tokenizer.json / tokenizer_config.json from here if non-empty
   double weight_std = 0.02;   // std of matrix entries (uniform distribution)
+  // "" (dense), "fp8" (e4m3 in 128x128 blocks), "awq" (4-bit asymmetric) or "gptq" (4-bit symmetric):
+  // the decoder layers' projections are written quantized from the same random weights (norms,
+  // embeddings and the head stay in dtype), with config.json's quantization_config.
+  std::string quantize;
+  // awq / gptq group size; 0 = 128, or the largest of 64, 32 that divides every projection's inputs.
+  int64_t group_size = 0;
 };
 
 std::vector<std::string> make_model_presets();

@@ -128,7 +128,7 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
 Status Qwen35Model::load(const Checkpoint& checkpoint) {
   const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads, v = config_.vocab_size;
-  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype));
+  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype), config_.quantization);
   // Released Qwen3.5 checkpoints keep the text model under model.language_model.
   const std::string m = loader.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   PAGELLM_ASSIGN_OR_RETURN(embedding_.table, loader.load(m + "embed_tokens.weight", {v, h}));

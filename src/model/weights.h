@@ -7,14 +7,29 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "io/quant_config.h"
 #include "io/safetensors.h"
 
 namespace pagellm {
 
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& checkpoint, Backend& backend, DType weight_dtype)
-      : checkpoint_(checkpoint), backend_(backend), weight_dtype_(weight_dtype) {}
+  WeightLoader(const Checkpoint& checkpoint, Backend& backend, DType weight_dtype,
+               QuantConfig quantization = {})
+      : checkpoint_(checkpoint), backend_(backend), weight_dtype_(weight_dtype),
+        quantization_(std::move(quantization)) {}
+
+  Backend& backend() { return backend_; }
+  DType weight_dtype() const { return weight_dtype_; }
+  // The checkpoint's quantization_config (layers::load_linear reads quantized projections by it).
+  const QuantConfig& quantization() const { return quantization_; }
+  // The checkpoint's tensor as stored (any dtype), with exactly `shape`.
+  Expected<const TensorInfo*> raw(const std::string& name, const std::vector<int64_t>& shape) const {
+    return checkpoint_.get(name, shape);
+  }
+  const TensorInfo* find(const std::string& name) const { return checkpoint_.find(name); }
+  // A host tensor on this backend's device (CPU: moved as it is).
+  Tensor upload(Tensor host);
 
   // The tensor `name` with exactly `shape`.
   Expected<Tensor> load(const std::string& name, const std::vector<int64_t>& shape);
@@ -29,6 +44,7 @@ class WeightLoader {
   const Checkpoint& checkpoint_;
   Backend& backend_;
   DType weight_dtype_;
+  QuantConfig quantization_;
 };
 
 }  // namespace pagellm

@@ -1,7 +1,8 @@
 // Linear: y = x W^T (+ b), the one home of a projection's weights. Fused projections (q|k|v,
 // gate|up) are one Linear whose rows stack the checkpoint's tensors, so each layer launches few
-// GEMMs. Quantized formats and tensor-parallel shards change this struct and its loader, not the
-// model files.
+// GEMMs. The weight is dense (the backend's weight dtype) or quantized (quant_formats.h: block-scaled
+// FP8, or INT4 from AWQ / GPTQ repacked into one layout); the model files never see the difference.
+// Tensor-parallel shards will change this struct and its loader, not the model files.
 #pragma once
 
 #include <string>
@@ -12,8 +13,15 @@
 
 namespace pagellm::layers {
 
+enum class WeightFormat { kDense, kFp8Block, kInt4 };
+
 struct Linear {
-  Tensor weight;  // [out_features, in_features], the backend's weight dtype
+  WeightFormat format = WeightFormat::kDense;
+  // kDense: [N, K] in the backend's weight dtype; kFp8Block: [N, K] f8_e4m3; kInt4: qweight [N, K / 8] i32.
+  Tensor weight;
+  Tensor scales;  // kFp8Block: [ceil(N / block_n), ceil(K / block_k)] f32; kInt4: [N, K / block_k] f32
+  Tensor zeros;   // kInt4: [N, K / block_k] u8
+  int64_t block_n = 0, block_k = 0;  // FP8 scale blocks; INT4: block_k is the group size
   Tensor bias;    // [out_features], or undefined when the projection has none
 
   int64_t out_features() const { return weight.size(0); }
@@ -28,8 +36,10 @@ struct LinearPart {
   int64_t out_features = 0;
 };
 
-// Loads prefix.weight of each part stacked by rows ([sum out, in_features]), and prefix.bias of each
-// part when with_bias.
+// Loads each part stacked by rows ([sum out, in_features]), and prefix.bias of each part when
+// with_bias. A part stored quantized (prefix.weight in F8_E4M3 with prefix.weight_scale_inv, or
+// prefix.qweight / qzeros / scales) is read as the loader's quantization_config says; the parts of
+// one Linear must share a format.
 Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>& parts, int64_t in_features,
                              bool with_bias);
 

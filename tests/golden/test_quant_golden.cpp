@@ -1,0 +1,175 @@
+// Quantized checkpoints (FP8 block-scaled, AWQ, GPTQ) against transformers run on their dequantized
+// weights (tools/hf_golden_quant.py, tests/golden/quant/README.md): through the contiguous path on
+// every backend of this build (f32 fixtures as tightly as unquantized f32 ones; bf16 within the bf16
+// bounds, and top-5 logprobs within 0.25 while the greedy tokens agree), and through the paged engine
+// on the CPU, alone and all at once in small chunks. Also: make-model's quantized checkpoints load
+// and stay close to the dense checkpoint of the same seed.
+#include <cmath>
+#include <set>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "golden_util.h"
+#include "io/hf_config.h"
+#include "model/make_model.h"
+#include "model/model.h"
+
+namespace pagellm {
+namespace {
+
+const fs::path kFixtures = golden_fixture_root("quant");
+
+class QuantGolden : public ::testing::TestWithParam<BackendFixture> {};
+
+TEST_P(QuantGolden, MatchesTransformersOnDequantizedWeights) {
+  SKIP_UNLESS_BACKEND(GetParam().device);
+  expect_matches_transformers(GetParam().device, kFixtures / GetParam().fixture);
+}
+
+// The bound for served (bf16) quantized models: while pagellm's greedy tokens agree with the
+// oracle's, each step's top-5 logprobs are within 0.25 of transformers' on the dequantized weights.
+TEST_P(QuantGolden, TopFiveLogprobsWithinAQuarter) {
+  SKIP_UNLESS_BACKEND(GetParam().device);
+  const fs::path dir = kFixtures / GetParam().fixture;
+  auto backend = make_backend(GetParam().device);
+  ASSERT_TRUE(backend.has_value()) << backend.status().message();
+  auto model = load_model(dir.string(), **backend);
+  ASSERT_TRUE(model.has_value()) << model.status().message();
+  for (const GoldenCase& c : read_golden_cases(dir)) {
+    ASSERT_FALSE(c.top5.empty());
+    SequenceOptions options = greedy_options(static_cast<int>(c.greedy.size()));
+    options.sampling.num_logprobs = 5;
+    auto got = generate_sequence(**model, **backend, c.prompt, options);
+    ASSERT_TRUE(got.has_value()) << got.status().message();
+    EXPECT_EQ(got->token_ids[0], c.greedy[0]) << "first token of the " << c.prompt.size() << "-token prompt";
+    for (size_t step = 0; step < c.top5.size() && got->token_ids[step] == c.greedy[step]; ++step) {
+      const auto& top = got->logprobs[step].top;
+      ASSERT_EQ(top.size(), 5u);
+      for (size_t k = 0; k < 5; ++k)
+        EXPECT_NEAR(top[k].logprob, c.top5[step][k].second, 0.25) << "step " << step << " rank " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, QuantGolden, ::testing::ValuesIn(backend_fixtures("cpu", kFixtures)),
+                         [](const auto& info) { return info.param.fixture; });
+INSTANTIATE_TEST_SUITE_P(Cuda, QuantGolden, ::testing::ValuesIn(backend_fixtures("cuda", kFixtures)),
+                         [](const auto& info) { return info.param.fixture; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(QuantGolden);
+
+TEST(QuantGolden, EveryFormatHasAnF32AndABf16Fixture) {
+  // Fails (rather than skips) when the fixtures are missing: CI must run them.
+  std::set<std::string> seen;
+  for (const std::string& name : golden_fixture_names(kFixtures)) {
+    auto config = load_model_config((kFixtures / name / "config.json").string());
+    ASSERT_TRUE(config.has_value()) << config.status().message();
+    seen.insert(std::string(quant_method_name(config->quantization.method)) + "/" + read_golden_dtype(kFixtures / name));
+  }
+  for (const char* want : {"fp8/float32", "fp8/bfloat16", "awq/float32", "awq/bfloat16", "gptq/float32",
+                           "gptq/bfloat16"})
+    EXPECT_TRUE(seen.contains(want)) << want;
+}
+
+class QuantEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantEngine, AloneAndAllAtOnceInSmallChunks) {
+  const fs::path dir = kFixtures / GetParam();
+  const std::vector<GoldenCase> cases = read_golden_cases(dir);
+  for (const bool batched : {false, true}) {
+    SCOPED_TRACE(batched ? "all at once, chunks of 5 tokens, blocks of 4" : "one at a time");
+    EngineConfig config;
+    if (batched) {
+      config.max_num_batched_tokens = 5;
+      config.block_size = 4;
+    } else {
+      config.max_num_seqs = 1;
+    }
+    auto llm = make_test_llm(dir, config);
+    ASSERT_TRUE(llm);
+    std::vector<GenerateRequest> requests;
+    for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+    auto outs = llm->generate(std::move(requests));
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ASSERT_TRUE(outs[i].error.is_ok()) << outs[i].error.message();
+      EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
+    }
+    EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, QuantEngine,
+                         ::testing::Values("qwen3_fp8_f32", "qwen3_awq_f32", "qwen2_gptq_f32"));
+
+// make-model --quantize: the quantized checkpoint of a seed loads and its next-token logits stay near
+// the dense checkpoint's of the same seed (FP8 keeps ~4 bits of mantissa per weight, INT4 16 levels
+// per group; a wrong nibble order or scale layout puts the logits as far away as other random weights).
+class MakeModelQuantized : public ::testing::TestWithParam<std::string> {};
+
+std::vector<float> prompt_logits(const fs::path& dir, const std::vector<TokenId>& prompt) {
+  auto backend = make_backend("cpu");
+  EXPECT_TRUE(backend.has_value());
+  auto model = load_model(dir.string(), **backend);
+  EXPECT_TRUE(model.has_value()) << model.status().message();
+  if (!model.has_value()) return {};
+  auto got = generate_sequence(**model, **backend, prompt, greedy_options(1));
+  EXPECT_TRUE(got.has_value()) << got.status().message();
+  return got.has_value() ? got->prompt_logits : std::vector<float>{};
+}
+
+double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST_P(MakeModelQuantized, LoadsAndStaysNearTheDenseCheckpoint) {
+  const fs::path root = fs::temp_directory_path() / ("pagellm_make_model_" + GetParam() + std::to_string(::getpid()));
+  MakeModelOptions options;
+  options.preset = "qwen3-micro";
+  options.dtype = DType::kF32;
+  options.weight_std = 0.2;  // large enough that the logits depend on every projection
+  options.seed = 7;
+  options.out_dir = (root / "dense").string();
+  ASSERT_TRUE(make_model(options).is_ok());
+  options.out_dir = (root / "quantized").string();
+  options.quantize = GetParam();
+  ASSERT_TRUE(make_model(options).is_ok());
+  auto config = load_model_config((root / "quantized" / "config.json").string());
+  ASSERT_TRUE(config.has_value()) << config.status().message();
+  EXPECT_EQ(quant_method_name(config->quantization.method), GetParam());
+
+  const std::vector<TokenId> prompt = {3, 141, 59, 265, 35, 89, 79, 323};
+  const std::vector<float> dense = prompt_logits(root / "dense", prompt);
+  const std::vector<float> quantized = prompt_logits(root / "quantized", prompt);
+  ASSERT_EQ(dense.size(), quantized.size());
+  ASSERT_FALSE(dense.empty());
+  const double distance = relative_distance(quantized, dense);
+  std::fprintf(stderr, "  %s: relative logit distance to the dense checkpoint %.4f\n", GetParam().c_str(), distance);
+  EXPECT_LT(distance, GetParam() == "fp8" ? 0.1 : 0.3);
+  EXPECT_GT(distance, 0.0);  // the weights really were quantized
+  options.seed = 8;  // other weights: what a broken format would look like
+  options.quantize.clear();
+  options.out_dir = (root / "other").string();
+  ASSERT_TRUE(make_model(options).is_ok());
+  EXPECT_GT(relative_distance(prompt_logits(root / "other", prompt), dense), 3 * distance);
+  fs::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MakeModelQuantized, ::testing::Values("fp8", "awq", "gptq"));
+
+TEST(MakeModelQuantized, UnknownFormatIsRefusedByName) {
+  MakeModelOptions options;
+  options.preset = "qwen3-micro";
+  options.out_dir = (fs::temp_directory_path() / "pagellm_make_model_bad").string();
+  options.quantize = "int3";
+  const Status status = make_model(options);
+  EXPECT_EQ(status.message(), "[make-model] --quantize 'int3' is not a format pagellm writes (fp8, awq or gptq)");
+}
+
+}  // namespace
+}  // namespace pagellm
