@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/version.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 #include "server/metrics_text.h"
@@ -99,7 +100,7 @@ void handle_metrics(const ServingContext& context, const HttpRequest&, ResponseW
 
 void handle_version(const ServingContext& context, const HttpRequest&, ResponseWriter& writer) {
   writer.respond(json_response(
-      Json{{"version", PAGELLM_VERSION}, {"backend", context.engine->config().device}, {"git_commit", PAGELLM_GIT_COMMIT}}));
+      Json{{"version", pagellm_version()}, {"backend", context.engine->config().device}, {"git_commit", pagellm_git_commit()}}));
 }
 
 // {"prompt": "text" | [ids], "add_special_tokens": true} or {"messages": [...], ...} (chat template).
