@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/logging.h"
 #include "io/hf_config.h"
 #include "model/decoder.h"
 #include "model/model.h"
@@ -50,6 +51,8 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backen
     return unimplemented("[model] architecture '{}' is not supported; supported: {}", config.architecture,
                          fmt::join(supported_architectures(), ", "));
   PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
+  if (config.quantization.enabled())
+    LOG_INFO("[model] {}: projections quantized as {}", config.architecture, config.quantization.describe());
   return it->second(config, checkpoint, backend);
 }
 
