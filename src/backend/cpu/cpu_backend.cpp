@@ -9,6 +9,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rows.h"
 #include "core/thread_pool.h"
 
@@ -95,6 +96,17 @@ void CpuBackend::copy(TensorView dst, const TensorView& src) {
 void CpuBackend::matmul(TensorView out, const TensorView& x, const TensorView& w) {
   // Batch invariant: each output element is a fixed-order f32 sum over its x row and w row (gemm.h).
   cpu::matmul(out, x, w);
+}
+
+void CpuBackend::matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
+                                  int64_t block_n, int64_t block_k) {
+  // Dequantized block by block inside the GEMM: bitwise matmul on the f32-dequantized weight (quant_gemm.h).
+  cpu::matmul_fp8_block(out, x, w, w_scale, block_n, block_k);
+}
+
+void CpuBackend::matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
+                             const TensorView& zeros, int64_t group_size) {
+  cpu::matmul_int4(out, x, qweight, scales, zeros, group_size);
 }
 
 void CpuBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,

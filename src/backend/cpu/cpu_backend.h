@@ -20,6 +20,10 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
+  void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
+                        int64_t block_n, int64_t block_k) override;
+  void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
+                   const TensorView& zeros, int64_t group_size) override;
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                 NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "backend/cuda/cublaslt_matmul.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/sampling.h"
 
 namespace pagellm {
@@ -104,7 +106,8 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, std::shared_ptr<CUstream_st> stream, int num_sms)
       : device_(device), stream_(std::move(stream)), num_sms_(num_sms),
-        matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())) {}
+        matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())),
+        quant_gemv_supported_(cuda::quant_gemv_device_supported(device)) {}
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
@@ -123,6 +126,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
+  // Quantized weights (quant_gemv.h): the GEMV for decode-sized products, else dequantize + cuBLASLt.
+  void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
+                        int64_t block_n, int64_t block_k) override;
+  void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
+                   const TensorView& zeros, int64_t group_size) override;
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
   void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq, float attention_scaling) override;
@@ -164,6 +172,8 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t stream() const { return stream_.get(); }
+  void quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op);
+  void* dequant_workspace(size_t bytes, const char* op);
 
   int device_;
   // Shared with every allocation's deleter (cudaFreeAsync on this stream), so tensors may outlive
@@ -171,6 +181,14 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CUstream_st> stream_;
   int num_sms_;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
+  bool quant_gemv_supported_ = false;  // the device runs quant_gemv.cu's mma.sync (compute capability 8.0+)
+  // The dequantized copy of one quantized weight ([N, K] of x's dtype, as bytes), grow-only. It must
+  // not grow inside a CUDA graph capture: the engine's activation profile (a max_num_batched_tokens
+  // step, before any capture) multiplies every weight through it first, and its size depends on
+  // N * K only, not on M.
+  Tensor dequant_workspace_;
+  uint64_t dequant_workspace_captures_ = 0;  // num_captures_ when it was allocated
+  uint64_t num_captures_ = 0;                // capture() calls so far
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
   Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
   // [rows * vocab] i32 (read as u32 occurrence words), grow-only; all zero between apply_penalties calls.
@@ -252,6 +270,7 @@ void CudaBackend::copy_ids(TensorView dst, const TensorView& src, const TensorVi
 std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& record) {
   // Thread-local mode: only this thread's CUDA calls are checked against the capture, so a stray
   // synchronising call inside `record` fails loudly instead of another thread's work.
+  ++num_captures_;
   CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   record();
   cudaGraph_t graph = nullptr;
@@ -352,6 +371,108 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
             "[cuda] matmul wants contiguous w and unit column strides");
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
   matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k);
+}
+
+namespace {
+
+// PAGELLM_CUDA_QUANT_GEMV=0 sends every quantized product through dequantization + cuBLASLt; read at
+// every call, as PAGELLM_CUDA_GEMV, so tests and benchmarks can compare the paths in one process.
+bool quant_gemv_enabled() {
+  const char* value = std::getenv("PAGELLM_CUDA_QUANT_GEMV");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_quant_tensor(const TensorView& v, DType dtype, int64_t rows, int64_t cols, const char* op,
+                        const char* name) {
+  CHECK_MSG(v.device == Device::kCuda && v.dtype == dtype && v.ndim() == 2 && v.is_contiguous() && v.size(0) == rows &&
+                v.size(1) == cols,
+            "[cuda] {}: {} must be a contiguous [{}, {}] {} tensor on the GPU, got {} {}", op, name, rows, cols,
+            dtype_name(dtype), v.shape.to_string(), dtype_name(v.dtype));
+}
+
+}  // namespace
+
+void* CudaBackend::dequant_workspace(size_t bytes, const char* op) {
+  if (dequant_workspace_.nbytes() >= bytes) return dequant_workspace_.view().data;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
+  CHECK_MSG(capture == cudaStreamCaptureStatusNone,
+            "[cuda] {}: the dequantization workspace must grow to {} bytes (has {}) inside a CUDA graph capture; "
+            "run a product of this weight once before capturing (the engine's activation profile does)",
+            op, bytes, dequant_workspace_.nbytes());
+  // A graph captured since the old workspace was allocated may point at it: keep it then. Otherwise
+  // it is released (stream-ordered: work already queued still reads it first).
+  if (dequant_workspace_.defined() && num_captures_ != dequant_workspace_captures_)
+    retired_.push_back(std::move(dequant_workspace_));
+  dequant_workspace_ = Tensor();
+  dequant_workspace_ = alloc(Shape{static_cast<int64_t>(bytes)}, DType::kU8);
+  dequant_workspace_captures_ = num_captures_;
+  return dequant_workspace_.view().data;
+}
+
+void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op) {
+  CHECK_MSG(x.ndim() == 2 && out.ndim() == 2 && is_float(x.dtype), "[cuda] {}: x and out must be 2-D f32/bf16/f16, got x {} {} out {}",
+            op, x.shape.to_string(), dtype_name(x.dtype), out.shape.to_string());
+  const int64_t m = x.size(0), n = w.n, k = w.k;
+  CHECK_MSG(x.size(1) == k && out.size(0) == m && out.size(1) == n, "[cuda] {}: shapes x{} out{} for a [{}, {}] weight",
+            op, x.shape.to_string(), out.shape.to_string(), n, k);
+  CHECK_MSG(x.device == Device::kCuda && out.device == Device::kCuda, "[cuda] {}: x and out must be on the GPU", op);
+  check_dtype(out, x.dtype, op, "out");
+  if (m == 0 || n == 0) return;
+  CHECK_MSG((x.strides[1] == 1 || k == 1) && (out.strides[1] == 1 || n == 1), "[cuda] {}: x and out need unit column strides",
+            op);
+  const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
+  if (quant_gemv_supported_ && quant_gemv_enabled() && cuda::quant_gemv_lane_bytes(x.dtype, w, x.data, ld_x, m) > 0) {
+    CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
+    return;
+  }
+  // Larger products: W dequantized into x's dtype, then the dense matmul (cuBLASLt, or the bf16 GEMV).
+  void* dense = dequant_workspace(static_cast<size_t>(n * k) * dtype_size_bytes(x.dtype), op);
+  CUDA_CHECK(cuda::launch_dequantize(x.dtype, dense, w, stream()));
+  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, dense, k, m, n, k);
+}
+
+void CudaBackend::matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
+                                   int64_t block_n, int64_t block_k) {
+  const char* op = "matmul_fp8_block";
+  CHECK_MSG(w.ndim() == 2, "[cuda] {}: w must be [N, K], got {}", op, w.shape.to_string());
+  CHECK_MSG(block_n > 0 && block_k > 0, "[cuda] {}: block sizes must be positive, got [{}, {}]", op, block_n, block_k);
+  const int64_t n = w.size(0), k = w.size(1);
+  check_quant_tensor(w, DType::kF8E4M3, n, k, op, "w");
+  check_quant_tensor(w_scale, DType::kF32, ceil_div(n, block_n), ceil_div(k, block_k), op, "w_scale");
+  cuda::QuantWeight q;
+  q.format = cuda::QuantFormat::kFp8Block;
+  q.data = w.data;
+  q.scales = w_scale.ptr<float>();
+  q.n = n;
+  q.k = k;
+  q.block_n = block_n;
+  q.block_k = block_k;
+  quant_matmul(out, x, q, op);
+}
+
+void CudaBackend::matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
+                              const TensorView& zeros, int64_t group_size) {
+  const char* op = "matmul_int4";
+  CHECK_MSG(qweight.ndim() == 2, "[cuda] {}: qweight must be [N, K / 8], got {}", op, qweight.shape.to_string());
+  const int64_t n = qweight.size(0), k = qweight.size(1) * 8;
+  CHECK_MSG(group_size > 0 && group_size % 8 == 0 && k % group_size == 0,
+            "[cuda] {}: group_size must be a positive multiple of 8 dividing K = {}, got {}", op, k, group_size);
+  check_quant_tensor(qweight, DType::kI32, n, k / 8, op, "qweight");
+  check_quant_tensor(scales, DType::kF32, n, k / group_size, op, "scales");
+  check_quant_tensor(zeros, DType::kU8, n, k / group_size, op, "zeros");
+  cuda::QuantWeight q;
+  q.format = cuda::QuantFormat::kInt4;
+  q.data = qweight.data;
+  q.scales = scales.ptr<float>();
+  q.zeros = static_cast<const uint8_t*>(zeros.data);
+  q.n = n;
+  q.k = k;
+  q.block_n = 1;
+  q.block_k = group_size;
+  quant_matmul(out, x, q, op);
 }
 
 void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) {

@@ -1,0 +1,69 @@
+// Dequantization of a quantized weight into a dense [N, K] copy of x's dtype (quant_gemv.h
+// launch_dequantize): the path of products the GEMV does not take (M > 8, f32 x, unusual block
+// sizes), which then multiply the copy through cuBLASLt. Each element is the CPU twin's f32 value
+// (backend/cpu/quant_gemm.cpp: e4m3 * scale, or float(q - zero) * scale, one f32 rounding) rounded
+// once to the dtype, so an f32 copy has the CPU's bits.
+//
+// One block per row of W (grid-stride over rows past the grid limit), threads over k: plain and
+// obviously bounded; it runs once per product of a prefill-sized batch, next to a GEMM that reads
+// the copy M / 8 times more.
+#include <cuda_fp8.h>
+
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/quant_gemv.h"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+__device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
+  // e4m3 -> f16 is exact (every e4m3 value is a normal f16 or zero), f16 -> f32 too.
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(bits), __NV_E4M3)));
+}
+
+template <typename T, QuantFormat F>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(T* __restrict__ dst, QuantWeight w) {
+  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
+  for (int64_t r = blockIdx.x; r < w.n; r += gridDim.x) {
+    T* dst_row = dst + r * w.k;
+    for (int64_t c = threadIdx.x; c < w.k; c += blockDim.x) {
+      float value;
+      if constexpr (F == QuantFormat::kFp8Block) {
+        const uint8_t bits = static_cast<const uint8_t*>(w.data)[r * w.k + c];
+        value = e4m3_to_f32(bits) * w.scales[(r / w.block_n) * k_blocks + c / w.block_k];
+      } else {
+        const uint32_t word = static_cast<const uint32_t*>(w.data)[r * (w.k / 8) + c / 8];
+        const int q = static_cast<int>((word >> (4 * (c % 8))) & 0xfu);
+        const int64_t g = r * k_blocks + c / w.block_k;
+        value = static_cast<float>(q - static_cast<int>(w.zeros[g])) * w.scales[g];
+      }
+      dst_row[c] = from_f32<T>(value);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_dequantize(DType dtype, void* dst, const QuantWeight& w, cudaStream_t stream) {
+  if (w.n < 0 || w.k < 0 || w.block_n <= 0 || w.block_k <= 0 || w.data == nullptr || w.scales == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (w.format == QuantFormat::kInt4 && (w.zeros == nullptr || w.k % w.block_k != 0 || w.block_k % 8 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  if (w.n == 0 || w.k == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(w.n < kMaxBlocks ? w.n : kMaxBlocks);
+  return dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (w.format == QuantFormat::kFp8Block) {
+      dequantize_kernel<T, QuantFormat::kFp8Block><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), w);
+    } else {
+      dequantize_kernel<T, QuantFormat::kInt4><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), w);
+    }
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace pagellm::cuda

@@ -1,0 +1,275 @@
+// The CUDA quantized matmuls (backend/cuda/quant_gemv.h) through Backend::matmul_fp8_block and
+// Backend::matmul_int4: against an f64 reference on the dequantized weight and against the CPU twin,
+// on both paths (the register-dequantizing GEMV for M <= 8, dequantization + cuBLASLt for the rest
+// and for PAGELLM_CUDA_QUANT_GEMV=0), bitwise batch invariance of the GEMV's rows for M <= 8, and the
+// GEMV's bandwidth on an 8B-model-sized weight (printed). Outputs are poisoned (NaN) before each GPU
+// run so unwritten elements fail. Skips without a GPU.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cuda_test_util.h"
+#include "quant_test_data.h"
+
+namespace pagellm::quant_test {
+namespace {
+
+using attention_test::fill_nan;
+using attention_test::to_doubles;
+using cuda_test::to_device;
+using cuda_test::to_host;
+
+// Sets PAGELLM_CUDA_QUANT_GEMV for one scope and puts back what was there.
+class ScopedQuantGemvEnv {
+ public:
+  explicit ScopedQuantGemvEnv(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    if (value) setenv(kName, value, 1);
+    else unsetenv(kName);
+  }
+  ~ScopedQuantGemvEnv() {
+    if (old_) setenv(kName, old_->c_str(), 1);
+    else unsetenv(kName);
+  }
+  ScopedQuantGemvEnv(const ScopedQuantGemvEnv&) = delete;
+  ScopedQuantGemvEnv& operator=(const ScopedQuantGemvEnv&) = delete;
+
+ private:
+  static constexpr const char* kName = "PAGELLM_CUDA_QUANT_GEMV";
+  std::optional<std::string> old_;
+};
+
+// One quantized weight on the host (with its f32 dequantization) and on the GPU, and the op on it.
+struct QuantCase {
+  std::string name;
+  Tensor dequantized;                  // [N, K] f32, host
+  std::vector<Tensor> device_tensors;  // the format's tensors on the GPU
+  std::function<void(Backend&, TensorView out, const TensorView& x, const std::vector<Tensor>& w)> op;
+  int64_t n() const { return dequantized.size(0); }
+  int64_t k() const { return dequantized.size(1); }
+};
+
+QuantCase fp8_case(Backend& gpu, int64_t n, int64_t k, int64_t block_n, int64_t block_k, Rng& rng) {
+  const Fp8Weight f = random_fp8_weight(n, k, block_n, block_k, rng);
+  QuantCase c;
+  c.name = fmt::format("fp8 [{}, {}] blocks [{}, {}]", n, k, block_n, block_k);
+  c.dequantized = f.dequantized;
+  c.device_tensors = {to_device(gpu, f.w.view()), to_device(gpu, f.w_scale.view())};
+  c.op = [block_n, block_k](Backend& b, TensorView out, const TensorView& x, const std::vector<Tensor>& w) {
+    b.matmul_fp8_block(out, x, w[0], w[1], block_n, block_k);
+  };
+  return c;
+}
+
+QuantCase int4_case(Backend& gpu, int64_t n, int64_t k, int64_t group_size, Rng& rng) {
+  const Int4Weight f = random_int4_weight(n, k, group_size, rng);
+  QuantCase c;
+  c.name = fmt::format("int4 [{}, {}] group {}", n, k, group_size);
+  c.dequantized = f.dequantized;
+  c.device_tensors = {to_device(gpu, f.qweight.view()), to_device(gpu, f.scales.view()), to_device(gpu, f.zeros.view())};
+  c.op = [group_size](Backend& b, TensorView out, const TensorView& x, const std::vector<Tensor>& w) {
+    b.matmul_int4(out, x, w[0], w[1], w[2], group_size);
+  };
+  return c;
+}
+
+// Every piece width of the GEMV (fp8 16/8 bytes, int4 16/8/4), blocks it refuses (fp8 block_k 16,
+// int4 group 8, K % 8 != 0), partial blocks in N and K, an N not a multiple of 8, long K (several
+// warps, several rounds of loads per warp).
+std::vector<QuantCase> all_cases(Backend& gpu, Rng& rng) {
+  std::vector<QuantCase> cases;
+  cases.push_back(fp8_case(gpu, 200, 320, 128, 128, rng));   // 16-byte pieces
+  cases.push_back(fp8_case(gpu, 72, 200, 16, 64, rng));      // 8-byte pieces
+  cases.push_back(fp8_case(gpu, 33, 96, 8, 32, rng));        // 8-byte pieces
+  cases.push_back(fp8_case(gpu, 5, 24, 128, 128, rng));      // K < one step
+  cases.push_back(fp8_case(gpu, 40, 96, 128, 16, rng));      // block_k 16: dequantization path
+  cases.push_back(fp8_case(gpu, 24, 100, 128, 128, rng));    // K % 8 != 0: dequantization path
+  cases.push_back(fp8_case(gpu, 64, 8192, 128, 128, rng));   // 16 warps of 2 steps
+  cases.push_back(fp8_case(gpu, 19, 8200, 128, 128, rng));   // 8-byte pieces, 16 warps, a partial last block
+  cases.push_back(int4_case(gpu, 200, 384, 128, rng));       // 16-byte pieces
+  cases.push_back(int4_case(gpu, 70, 320, 64, rng));         // 8-byte pieces
+  cases.push_back(int4_case(gpu, 200, 320, 32, rng));        // 4-byte pieces
+  cases.push_back(int4_case(gpu, 9, 64, 8, rng));            // group 8: dequantization path
+  cases.push_back(int4_case(gpu, 72, 8192, 128, rng));       // 8 warps
+  cases.push_back(int4_case(gpu, 17, 12288, 32, rng));       // 4-byte pieces, 12 rounds of loads
+  return cases;
+}
+
+// The bound of compare_to_reference for a GPU result: the one rounding into out's dtype, and per
+// term either f32 summation (K 2^-24) or W rounded to the dtype by the dequantization path.
+double weight_rel(DType dtype, int64_t k) {
+  switch (dtype) {
+    case DType::kBF16: return 0x1.0p-8;
+    case DType::kF16: return 0x1.0p-11;
+    default: return static_cast<double>(k) * 0x1.0p-23;
+  }
+}
+
+Tensor random_x(int64_t rows, int64_t cols, DType dtype, Rng& rng) {
+  Tensor x = Tensor::cpu({rows, cols}, dtype);
+  for (int64_t i = 0; i < x.numel(); ++i) store_float(x.view().data, dtype, i, rng.uniform(-1.0f, 1.0f));
+  return x;
+}
+
+// Rows [row0, row0 + rows), columns [col0, col0 + cols) of a 2-D tensor (a strided view).
+TensorView block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + (row0 * v.strides[0] + col0) * static_cast<int64_t>(dtype_size_bytes(v.dtype));
+  v.shape = Shape{rows, cols};
+  return v;
+}
+
+// The op on the GPU for rows [row0, row0 + rows) of x_dev (columns [x_col0, x_col0 + K)), into
+// the first N columns of a poisoned [rows, N + out_pad] buffer; the result as a dense host [rows, N].
+Tensor gpu_product(Backend& gpu, const QuantCase& c, const Tensor& x_dev, int64_t x_col0, int64_t row0, int64_t rows,
+                   int64_t out_pad = 0) {
+  Tensor poison = Tensor::cpu({rows, c.n() + out_pad}, x_dev.dtype());
+  fill_nan(poison);
+  Tensor out_dev = to_device(gpu, poison.view());
+  const TensorView out = block_of(out_dev, 0, rows, 0, c.n());
+  c.op(gpu, out, block_of(x_dev, row0, rows, x_col0, c.k()), c.device_tensors);
+  return to_host(gpu, out);
+}
+
+Tensor cpu_product(const QuantCase& c, const Tensor& x) {
+  CpuBackend cpu;
+  Tensor out = Tensor::cpu({x.size(0), c.n()}, x.dtype());
+  cpu.matmul(out.view(), x.view(), c.dequantized.view());  // bitwise the CPU quantized op (test_quant_gemm.cpp)
+  return out;
+}
+
+// Rows [row0, row0 + rows) of a dense host [R, C] tensor.
+Tensor host_rows(const Tensor& t, int64_t row0, int64_t rows) {
+  Tensor out = Tensor::cpu({rows, t.size(1)}, t.dtype());
+  const size_t row_bytes = static_cast<size_t>(t.size(1)) * dtype_size_bytes(t.dtype());
+  std::memcpy(out.view().data, t.view().ptr<char>() + static_cast<size_t>(row0) * row_bytes,
+              static_cast<size_t>(rows) * row_bytes);
+  return out;
+}
+
+// GPU result vs the f64 reference and vs the CPU twin's result (the same bound around each).
+void expect_close(const Reference& ref, const Tensor& cpu, const Tensor& got, DType dtype, int64_t k,
+                  const std::string& what) {
+  EXPECT_EQ(compare_to_reference(ref, got, out_rounding(dtype), weight_rel(dtype, k)), "") << what << " vs f64";
+  Reference around_cpu{to_doubles(cpu), ref.magnitude};
+  EXPECT_EQ(compare_to_reference(around_cpu, got, 2 * out_rounding(dtype), weight_rel(dtype, k)), "")
+      << what << " vs the CPU";
+}
+
+void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, uint64_t seed) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedQuantGemvEnv env(gemv_env);
+  Rng rng(seed);
+  const std::vector<QuantCase> cases = all_cases(*gpu, rng);
+  for (const QuantCase& c : cases) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      const int64_t max_rows = row_counts.back();
+      // x as columns [8, 8 + K) of a wider buffer: a row stride that is not K, 16-byte aligned.
+      const Tensor x_wide = random_x(max_rows, c.k() + 16, dtype, rng);
+      const Tensor x_dev = to_device(*gpu, x_wide.view());
+      Tensor x_dense = Tensor::cpu({max_rows, c.k()}, dtype);
+      for (int64_t r = 0; r < max_rows; ++r)
+        for (int64_t kk = 0; kk < c.k(); ++kk)
+          store_float(x_dense.view().data, dtype, r * c.k() + kk,
+                      load_float(x_wide.view().data, dtype, r * (c.k() + 16) + 8 + kk));
+      const Reference ref_all = reference_product(x_dense, c.dequantized);
+      const Tensor cpu_all = cpu_product(c, x_dense);
+      for (int64_t m : row_counts) {
+        const std::string what = fmt::format("{} {} M = {} (PAGELLM_CUDA_QUANT_GEMV={})", c.name, dtype_name(dtype), m,
+                                             gemv_env ? gemv_env : "unset");
+        const Tensor got = gpu_product(*gpu, c, x_dev, 8, 0, m, /*out_pad=*/3);
+        Reference ref;  // rows [0, m)
+        ref.value.assign(ref_all.value.begin(), ref_all.value.begin() + m * c.n());
+        ref.magnitude.assign(ref_all.magnitude.begin(), ref_all.magnitude.begin() + m * c.n());
+        expect_close(ref, host_rows(cpu_all, 0, m), got, dtype, c.k(), what);
+      }
+    }
+  }
+}
+
+TEST(CudaQuantGemm, MatchesReferenceAndCpu) { run_matches(nullptr, {1, 3, 8, 16, 33}, 21); }
+
+TEST(CudaQuantGemm, DequantizationPathMatchesReferenceAndCpuAtDecodeSizes) { run_matches("0", {1, 5, 8}, 22); }
+
+// Row r of an M-row product has the bits of the 1-row product of x row r, for every M <= 8: a
+// decode batch gives each sequence what it would get alone (the GEMV's promise).
+TEST(CudaQuantGemm, GemvRowsAreBatchInvariantBitwise) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedQuantGemvEnv env(nullptr);
+  Rng rng(23);
+  std::vector<QuantCase> cases;
+  cases.push_back(fp8_case(*gpu, 200, 320, 128, 128, rng));
+  cases.push_back(fp8_case(*gpu, 19, 8200, 128, 128, rng));
+  cases.push_back(int4_case(*gpu, 200, 384, 128, rng));
+  cases.push_back(int4_case(*gpu, 200, 320, 32, rng));
+  cases.push_back(int4_case(*gpu, 72, 8192, 128, rng));
+  for (const QuantCase& c : cases) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      const Tensor x_dev = to_device(*gpu, random_x(8, c.k(), dtype, rng).view());
+      std::vector<Tensor> alone;
+      for (int64_t r = 0; r < 8; ++r) alone.push_back(gpu_product(*gpu, c, x_dev, 0, r, 1));
+      for (int64_t m = 1; m <= 8; ++m) {
+        const Tensor batch = gpu_product(*gpu, c, x_dev, 0, 0, m);
+        for (int64_t r = 0; r < m; ++r)
+          EXPECT_EQ(bitwise_diff(alone[static_cast<size_t>(r)], host_rows(batch, r, 1)), "")
+              << fmt::format("{} {}: row {} of M = {}", c.name, dtype_name(dtype), r, m);
+      }
+    }
+  }
+}
+
+// GB/s of the decode GEMVs on the weights of a Qwen3-8B MLP ([12288, 4096] and [4096, 12288]), bytes
+// of W and its scales over the time of one product, next to the bf16 GEMV on the same shape. Prints;
+// asserts only that the products ran.
+TEST(CudaQuantGemm, PrintsGemvBandwidth) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedQuantGemvEnv env(nullptr);
+  Rng rng(24);
+  constexpr int kIterations = 50;
+  auto time_us = [&](const std::function<void()>& product) {
+    for (int i = 0; i < 5; ++i) product();
+    gpu->synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kIterations; ++i) product();
+    gpu->synchronize();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kIterations;
+  };
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{12288, 4096}, std::pair<int64_t, int64_t>{4096, 12288}}) {
+    const Fp8Weight f8 = random_fp8_weight(n, k, 128, 128, rng);
+    const Int4Weight i4 = random_int4_weight(n, k, 128, rng);
+    const Tensor w8 = to_device(*gpu, f8.w.view()), s8 = to_device(*gpu, f8.w_scale.view());
+    const Tensor q4 = to_device(*gpu, i4.qweight.view()), s4 = to_device(*gpu, i4.scales.view()),
+                 z4 = to_device(*gpu, i4.zeros.view());
+    const Tensor w16 = gpu->alloc({n, k}, DType::kBF16);
+    for (int64_t m : {int64_t{1}, int64_t{8}}) {
+      const Tensor x = to_device(*gpu, random_x(m, k, DType::kBF16, rng).view());
+      const Tensor out = gpu->alloc({m, n}, DType::kBF16);
+      const double bf16_us = time_us([&] { gpu->matmul(out.view(), x.view(), w16.view()); });
+      const double fp8_us = time_us([&] { gpu->matmul_fp8_block(out.view(), x.view(), w8, s8, 128, 128); });
+      const double int4_us = time_us([&] { gpu->matmul_int4(out.view(), x.view(), q4, s4, z4, 128); });
+      const double bf16_bytes = static_cast<double>(n * k * 2);
+      const double fp8_bytes = static_cast<double>(n * k + s8.nbytes());
+      const double int4_bytes = static_cast<double>(n * k / 2 + s4.nbytes() + z4.nbytes());
+      std::printf("[quant gemv] W [%ld, %ld] M=%ld: bf16 %.1f us (%.0f GB/s) | fp8 %.1f us (%.0f GB/s, %.2fx bf16) | "
+                  "int4 %.1f us (%.0f GB/s, %.2fx bf16)\n",
+                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), bf16_us, bf16_bytes / bf16_us / 1e3,
+                  fp8_us, fp8_bytes / fp8_us / 1e3, fp8_us / bf16_us, int4_us, int4_bytes / int4_us / 1e3,
+                  int4_us / bf16_us);
+      const Tensor host = to_host(*gpu, out.view());
+      for (int64_t i = 0; i < host.numel(); ++i) ASSERT_FALSE(std::isnan(load_float(host.view().data, DType::kBF16, i)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagellm::quant_test
