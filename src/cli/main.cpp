@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn, error, off")->capture_default_str();
-  app.set_version_flag("--version", std::string(pagellm_version()) + " (" + pagellm_git_commit() + ")");
+  app.set_version_flag("--version", std::string(pagellm::pagellm_version()) + " (" + pagellm::pagellm_git_commit() + ")");
   app.parse_complete_callback([&] { pagellm::init_logging(log_level); });
 
   pagellm::cli::register_all_commands(app);
