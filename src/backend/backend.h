@@ -26,6 +26,15 @@ enum class Activation {
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' gelu_pytorch_tanh
 };
 
+// The dequant multipliers of an FP8 (f8_e4m3) KV cache, per layer (vLLM's convention): write_kv stores
+// e4m3(k / k_scale) (round to nearest even, saturating at +-448) and attention reads float(stored) *
+// k_scale; likewise v with v_scale. Caches of a float dtype (f32/bf16/f16) ignore the scales: they
+// store k and v as they are, bit for bit.
+struct KvScales {
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+};
+
 // Everything the varlen paged attention op needs besides q, caches and out.
 //   Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]); its context after this step is
 //   seq_lens_k[s] tokens, so query row i of s sits at absolute position seq_lens_k[s] - q_len(s) + i.
@@ -41,6 +50,7 @@ struct AttentionParams {
   float softcap = 0.0f;         // 0 = off; else s = softcap * tanh(s / softcap) after scaling
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
+  KvScales kv_scales{};         // used when the caches are f8_e4m3
 };
 
 // A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same
@@ -169,12 +179,13 @@ class Backend {
   virtual void embedding(TensorView out, const TensorView& table, const TensorView& ids) = 0;
 
   // Scatter new k/v rows [T, num_kv_heads, head_dim] into caches [num_blocks, block_size, num_kv_heads,
-  // head_dim] at slot_mapping[T] (i64; -1 = skip).
+  // head_dim] at slot_mapping[T] (i64; -1 = skip). Caches are k's dtype, or f8_e4m3 (the FP8 KV cache:
+  // each element stored as e4m3(x / scale), KvScales above).
   virtual void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k,
-                        const TensorView& v, const TensorView& slot_mapping) = 0;
+                        const TensorView& v, const TensorView& slot_mapping, const KvScales& scales = {}) = 0;
   // Varlen paged attention for prefill, decode and mixed batches.
-  //   out, q: [T, num_heads, head_dim]; caches as in write_kv. GQA: query head h reads kv head
-  //   h / (num_heads / num_kv_heads).
+  //   out, q: [T, num_heads, head_dim]; caches as in write_kv (q's dtype, or f8_e4m3 read as
+  //   float(stored) * params.kv_scales). GQA: query head h reads kv head h / (num_heads / num_kv_heads).
   virtual void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
                          const TensorView& v_cache, const AttentionParams& params) = 0;
 
@@ -191,19 +202,19 @@ class Backend {
   // The attention prologue of one layer, in place on q [T, nH, hd] and k [T, nKV, hd] (views into
   // the fused qkv rows): per-head rms_norm of q with q_norm[hd] and of k with k_norm[hd] (skipped
   // when q_norm is an empty view, data == nullptr: models without q/k norms), RoPE at positions[T], then k and v
-  // [T, nKV, hd] are written to the caches at slot_mapping (as write_kv).
+  // [T, nKV, hd] are written to the caches at slot_mapping (as write_kv, with its scales).
   virtual void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
                                      const TensorView& k_norm, float eps, NormWeight mode,
                                      const TensorView& positions, const TensorView& inv_freq,
                                      float attention_scaling, TensorView k_cache, TensorView v_cache,
-                                     const TensorView& slot_mapping) {
+                                     const TensorView& slot_mapping, const KvScales& scales = {}) {
     if (q_norm.data != nullptr) {
       rms_norm(q, q, q_norm, eps, mode);
       rms_norm(k, k, k_norm, eps, mode);
     }
     rope(q, positions, inv_freq, attention_scaling);
     rope(k, positions, inv_freq, attention_scaling);
-    write_kv(k_cache, v_cache, k, v, slot_mapping);
+    write_kv(k_cache, v_cache, k, v, slot_mapping, scales);
   }
 
   // ---- Hybrid models (Qwen3.5 / Qwen3-Next). Backends without them CHECK-fail when called.

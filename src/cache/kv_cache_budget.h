@@ -25,7 +25,7 @@ struct KvBlockShape {
   int block_size = 16;           // tokens per block
   int num_kv_heads = 0;
   int head_dim = 0;
-  int dtype_size_bytes = 0;      // the model's activation dtype: 2 for bf16/f16, 4 for f32
+  int dtype_size_bytes = 0;      // the KV cache dtype (--kv-cache-dtype): 2 for bf16/f16, 4 for f32, 1 for fp8
 };
 
 int64_t kv_bytes_per_block(const KvBlockShape& shape);

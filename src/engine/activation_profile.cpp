@@ -15,7 +15,9 @@ Expected<ActivationProfile> profile_activations(Model& model, Backend& backend, 
   const int num_blocks = num_blocks_for_tokens(num_tokens, config.block_size);
   {
     // One sequence of num_tokens prompt tokens that samples: every per-token buffer at its largest.
-    ModelRunner runner(model, backend, num_blocks, config.block_size, /*num_state_slots=*/1);
+    PAGELLM_ASSIGN_OR_RETURN(const DType kv_dtype,
+                             resolve_kv_cache_dtype(config.kv_cache_dtype, model.memory_spec().kv_dtype));
+    ModelRunner runner(model, backend, num_blocks, config.block_size, /*num_state_slots=*/1, kv_dtype);
     runner.set_graphs_enabled(false);
     ScheduledRequest row;
     row.request_id = 1;

@@ -57,6 +57,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
   config.device = backend->name();  // "auto" resolved
   std::optional<DType> dtype;
+  PAGELLM_RETURN_IF_ERROR(check_kv_cache_dtype_name(config.kv_cache_dtype));  // before the slow load
   if (config.dtype != "auto") {
     DType parsed;
     if (!parse_dtype(config.dtype, &parsed))
@@ -78,7 +79,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   EngineConfig config = config_in;
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
-  const MemorySpec spec = model->memory_spec();
+  MemorySpec spec = model->memory_spec();
+  // The KV cache's dtype: the budget counts its bytes (an FP8 cache gets twice the blocks of bf16).
+  PAGELLM_ASSIGN_OR_RETURN(spec.kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, spec.kv_dtype));
   // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
   const KvCacheGroups groups = kv_cache_groups_of(spec);
   const KvBlockShape shape{static_cast<int>(groups.layers_per_group), config.block_size,
@@ -119,7 +122,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   LOG_INFO("{}", kv_cache_groups_summary(groups.windows, groups.layers_per_group, num_blocks, config.block_size,
                                          bytes_per_block, config.max_model_len, std::max(max_step_tokens, 1)));
   auto engine = std::unique_ptr<Engine>(new Engine(config, std::move(backend), std::move(model), std::move(tokenizer),
-                                                   static_cast<int>(num_blocks)));
+                                                   static_cast<int>(num_blocks), spec.kv_dtype));
   PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
   const auto capture_started = Clock::now();
   const int num_graphs =
@@ -131,7 +134,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
 }
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
-               std::shared_ptr<const Tokenizer> tokenizer, int num_blocks)
+               std::shared_ptr<const Tokenizer> tokenizer, int num_blocks, DType kv_cache_dtype)
     : config_(config), backend_(std::move(backend)), model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
   SchedulerConfig sched;
   sched.max_num_seqs = config.max_num_seqs;
@@ -144,7 +147,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.kv_group_windows = kv_cache_groups_of(model_->memory_spec()).windows;
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
-  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs);
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs,
+                                          kv_cache_dtype);
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;

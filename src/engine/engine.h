@@ -85,7 +85,7 @@ class Engine {
   struct Live;  // per-request engine-thread state (channel, detokenizer, stop matcher)
 
   Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
-         std::shared_ptr<const Tokenizer> tokenizer, int num_blocks);
+         std::shared_ptr<const Tokenizer> tokenizer, int num_blocks, DType kv_cache_dtype);
   void run_loop();
   bool drain_inbox(bool wait);
   void step();

@@ -22,6 +22,31 @@ std::string expand_token_count(const std::string& text) {
   return std::to_string(static_cast<int64_t>(value * static_cast<double>(multiplier)));
 }
 
+namespace {
+constexpr const char* kKvCacheDtypes = "auto, bfloat16, float16, float32, fp8, fp8_e4m3";
+}  // namespace
+
+Status check_kv_cache_dtype_name(const std::string& name) {
+  for (const char* known : {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3"}) {
+    if (name == known) return Status::ok();
+  }
+  return invalid_argument("[engine] --kv-cache-dtype '{}' is not one of {}", name, kKvCacheDtypes);
+}
+
+Expected<DType> resolve_kv_cache_dtype(const std::string& name, DType activation_dtype) {
+  PAGELLM_RETURN_IF_ERROR(check_kv_cache_dtype_name(name));
+  if (name == "auto") return activation_dtype;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::kF8E4M3;
+  DType wanted = DType::kF32;
+  parse_dtype(name, &wanted);
+  // Float caches hold k and v exactly as the attention computed them; another float dtype would
+  // need a conversion in every kernel for no saving that fp8 does not give better.
+  if (wanted != activation_dtype)
+    return invalid_argument("[engine] --kv-cache-dtype '{}' differs from the activation dtype {}: use auto or fp8", name,
+                            dtype_name(activation_dtype));
+  return wanted;
+}
+
 void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--device", config.device, "auto (cuda when a GPU is there), cpu or cuda")->capture_default_str();
   command.add_option("--dtype", config.dtype, "activation dtype: auto (config.json's), bfloat16, float16, float32")
@@ -38,6 +63,10 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "prompt + output tokens at most (0 = model's limit); 32k = 32000, 32K = 32768, 1m, 1M")
       ->capture_default_str()
       ->transform([](std::string text) { return expand_token_count(text); });
+  command.add_option("--kv-cache-dtype", config.kv_cache_dtype,
+                     "KV cache dtype: auto (the activation dtype), bfloat16, float16, float32, fp8 / fp8_e4m3 "
+                     "(half the bytes per block; the checkpoint's k_scale / v_scale, else 1.0)")
+      ->capture_default_str();
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,

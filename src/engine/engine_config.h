@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/dtype.h"
+#include "core/status.h"
+
 namespace pagellm {
 
 struct EngineConfig {
@@ -20,6 +23,10 @@ struct EngineConfig {
   int block_size = 16;
   int max_model_len = 0;              // 0: the model's max_position_embeddings, capped by the cache
   int64_t kv_cache_memory_bytes = 0;  // 0: a fraction of the memory free after loading the weights
+  // The paged KV cache's element type (vLLM's names): auto (the activation dtype), bfloat16 / float16 /
+  // float32 (when that is the activation dtype), fp8 = fp8_e4m3 (half the bytes of bf16 per block,
+  // with the checkpoint's per-layer k_scale / v_scale, else 1.0).
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
@@ -31,9 +38,14 @@ struct EngineConfig {
 };
 
 // Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len
-// (vLLM's 32k / 1m / 1M forms too), --no-enable-prefix-caching, --device, --dtype, --tokenizer, --seed
+// (vLLM's 32k / 1m / 1M forms too), --kv-cache-dtype, --no-enable-prefix-caching, --device, --dtype, --tokenizer, --seed
 // (unless the command already has one), --[no-]async-scheduling to a command.
 void add_engine_options(CLI::App& command, EngineConfig& config);
+// The cache dtype --kv-cache-dtype names for a model of `activation_dtype`, or a one-line error naming
+// the value ("[engine] --kv-cache-dtype 'fp8_e5m2' is not one of ...").
+Expected<DType> resolve_kv_cache_dtype(const std::string& name, DType activation_dtype);
+// Only whether the name is one of the accepted values (checked before a model is loaded).
+Status check_kv_cache_dtype_name(const std::string& name);
 // "32k" -> "32000", "32K" -> "32768", "1m" -> "1000000", "1M" -> "1048576"; other text unchanged.
 std::string expand_token_count(const std::string& text);
 

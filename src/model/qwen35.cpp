@@ -22,6 +22,7 @@ struct GatedAttentionWeights {
   layers::Linear qkv;             // [2 nH hd + 2 nKV hd, H]  rows: (q_h | gate_h) per head h, then k, then v
   layers::RmsNorm q_norm, k_norm;  // [hd], 1 + w
   layers::Linear o;               // [H, nH hd]
+  KvScales kv_scales;             // FP8 KV cache scales (1.0 unless the checkpoint has k_scale / v_scale)
 };
 
 struct HybridLayer {
@@ -114,6 +115,7 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
     PAGELLM_ASSIGN_OR_RETURN(a.k_norm, layers::load_rms_norm(loader, p + "self_attn.k_norm.weight", hd,
                                                              NormWeight::kOnePlus, eps));
     PAGELLM_ASSIGN_OR_RETURN(a.o, layers::load_linear(loader, {{p + "self_attn.o_proj", h}}, nh * hd, false));
+    PAGELLM_ASSIGN_OR_RETURN(a.kv_scales, layers::load_kv_scales(loader, p + "self_attn."));
   }
   if (is_moe_layer(i)) {
     PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, backend_.weight_dtype(config_.dtype),
@@ -214,11 +216,13 @@ void Qwen35Model::attention_block(const HybridLayer& layer, const KvCacheView& c
   w.k_norm.forward(backend_, k, k);
   backend_.rope(q, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);  // first rot dims only (partial)
   backend_.rope(k, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);
-  backend_.write_kv(cache.k, cache.v, k, v, batch.slot_mapping);
+  backend_.write_kv(cache.k, cache.v, k, v, batch.slot_mapping, w.kv_scales);
   layers::AttentionOptions options;
   options.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   TensorView attn_heads = attn.reshape({num_tokens, nh, hd});
-  backend_.attention(attn_heads, q, cache.k, cache.v, layers::attention_params(batch, options));
+  AttentionParams params = layers::attention_params(batch, options);
+  params.kv_scales = w.kv_scales;
+  backend_.attention(attn_heads, q, cache.k, cache.v, params);
   backend_.sigmoid_mul(attn_heads, attn_heads, gate);
   w.o.forward(backend_, out, attn);
 }

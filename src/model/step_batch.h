@@ -45,7 +45,8 @@ struct StepBatch {
 };
 
 // The KV cache of one attention layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim],
-// in the model's activation dtype (layers of different KV cache groups may share these tensors).
+// in the model's activation dtype or f8_e4m3 (--kv-cache-dtype fp8; the layer holds its KvScales)
+// (layers of different KV cache groups may share these tensors).
 struct KvCacheView {
   TensorView k;
   TensorView v;
@@ -68,7 +69,7 @@ struct MemorySpec {
   int64_t num_attention_layers = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;  // the model's activation dtype; the engine may choose f8_e4m3 instead
   // [num_attention_layers]: each attention layer's sliding window in tokens, -1 = full attention.
   // Empty = every layer full. Sliding layers get KV cache groups of their own (cache/kv_cache_groups.h).
   std::vector<int32_t> attention_windows{};

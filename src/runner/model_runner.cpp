@@ -141,11 +141,13 @@ struct ModelRunner::StepSlot {
   std::unordered_map<RequestId, int32_t> id_index;
 };
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots)
+ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots,
+                         std::optional<DType> kv_dtype)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
-  const MemorySpec spec = model.memory_spec();
+  MemorySpec spec = model.memory_spec();
+  if (kv_dtype) spec.kv_dtype = *kv_dtype;
   kv_groups_ = kv_cache_groups_of(spec);
   // Tensor slot j holds layer j of every group (cache/kv_cache_groups.h).
   std::vector<KvCacheView> slots;

@@ -18,6 +18,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -35,7 +36,10 @@ class ModelRunner {
   // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per tensor slot of the model's
   // KV cache groups (cache/kv_cache_groups.h: one per attention layer when all layers are of one
   // kind), and for a hybrid model the GDN state of num_state_slots running requests (state_slot_binder.h).
-  ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1);
+  // kv_dtype: the caches' dtype (--kv-cache-dtype: f8_e4m3 for the FP8 KV cache); none = the model's
+  // activation dtype (MemorySpec::kv_dtype).
+  ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1,
+              std::optional<DType> kv_dtype = std::nullopt);
   ~ModelRunner();
 
   // One step: launch() packs the inputs, makes the one host-to-device copy and queues the forward,

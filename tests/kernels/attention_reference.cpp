@@ -16,6 +16,7 @@ double read_float(const TensorView& view, int64_t offset) {
     case DType::kF32: return reinterpret_cast<const float*>(base)[offset];
     case DType::kBF16: return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(base)[offset]);
     case DType::kF16: return f16_bits_to_f32(reinterpret_cast<const uint16_t*>(base)[offset]);
+    case DType::kF8E4M3: return e4m3_bits_to_f32(reinterpret_cast<const uint8_t*>(base)[offset]);
     default: CHECK_MSG(false, "reference: dtype {} is not a float type", dtype_name(view.dtype));
   }
   return 0;
@@ -34,6 +35,9 @@ std::vector<double> attention(const TensorView& q, const TensorView& k_cache, co
   const int64_t heads_per_kv_head = num_heads / num_kv_heads;
   const int64_t num_seqs = params.seq_lens_k.numel();
   const int64_t table_width = params.block_tables.size(1);
+  // An FP8 cache holds x / scale: its elements read back as float(stored) * scale (exact in f64).
+  const double k_scale = k_cache.dtype == DType::kF8E4M3 ? params.kv_scales.k_scale : 1.0;
+  const double v_scale = v_cache.dtype == DType::kF8E4M3 ? params.kv_scales.v_scale : 1.0;
   std::vector<double> out(static_cast<size_t>(num_tokens * num_heads * head_dim), 0.0);
 
   for (int64_t s = 0; s < num_seqs; ++s) {
@@ -50,10 +54,10 @@ std::vector<double> attention(const TensorView& q, const TensorView& k_cache, co
       for (int64_t g = 0; g < num_kv_heads; ++g) {
         for (int64_t d = 0; d < head_dim; ++d) {
           const size_t dense = static_cast<size_t>((j * num_kv_heads + g) * head_dim + d);
-          keys[dense] = read_float(k_cache, block * k_cache.strides[0] + in_block * k_cache.strides[1] +
-                                                g * k_cache.strides[2] + d * k_cache.strides[3]);
-          values[dense] = read_float(v_cache, block * v_cache.strides[0] + in_block * v_cache.strides[1] +
-                                                  g * v_cache.strides[2] + d * v_cache.strides[3]);
+          keys[dense] = k_scale * read_float(k_cache, block * k_cache.strides[0] + in_block * k_cache.strides[1] +
+                                                          g * k_cache.strides[2] + d * k_cache.strides[3]);
+          values[dense] = v_scale * read_float(v_cache, block * v_cache.strides[0] + in_block * v_cache.strides[1] +
+                                                            g * v_cache.strides[2] + d * v_cache.strides[3]);
         }
       }
     }

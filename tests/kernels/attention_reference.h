@@ -12,7 +12,8 @@
 namespace pagellm::reference {
 
 // q: [T, num_heads, head_dim]; k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
-// (any strides, f32/bf16/f16, host memory); params as for Backend::attention.
+// (any strides, f32/bf16/f16, or f8_e4m3 read as float(stored) * params.kv_scales; host memory);
+// params as for Backend::attention.
 // Returns out [T, num_heads, head_dim] in f64, row-major. Rows that belong to no sequence, and rows
 // that see no key, are zero.
 std::vector<double> attention(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,

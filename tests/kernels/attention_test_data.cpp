@@ -35,6 +35,7 @@ void store_float(void* base, DType dtype, int64_t offset, float value) {
     case DType::kF32: static_cast<float*>(base)[offset] = value; return;
     case DType::kBF16: static_cast<uint16_t*>(base)[offset] = f32_to_bf16_bits(value); return;
     case DType::kF16: static_cast<uint16_t*>(base)[offset] = f32_to_f16_bits(value); return;
+    case DType::kF8E4M3: static_cast<uint8_t*>(base)[offset] = f32_to_e4m3_bits(value); return;
     default: CHECK_MSG(false, "not a float dtype");
   }
 }
@@ -44,6 +45,7 @@ float load_float(const void* base, DType dtype, int64_t offset) {
     case DType::kF32: return static_cast<const float*>(base)[offset];
     case DType::kBF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[offset]);
     case DType::kF16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[offset]);
+    case DType::kF8E4M3: return e4m3_bits_to_f32(static_cast<const uint8_t*>(base)[offset]);
     default: CHECK_MSG(false, "not a float dtype");
   }
   return 0;
@@ -58,6 +60,22 @@ namespace {
 // q and k are drawn from [-3, 3]: scaled scores then have a standard deviation of about 3, so the
 // softmax is far from uniform (masking errors show) and a softcap of 50 changes results measurably.
 constexpr float kQkRange = 3.0f;
+
+// What a cache element holding `value` reads back as: the value in the case dtype, or for an FP8
+// cache float(e4m3(value / scale)) * scale, in f32 as the kernels compute it.
+float cached_value(const AttentionCase& c, float value, float scale) {
+  if (!c.fp8_cache) return round_to_dtype(value, c.dtype);
+  return round_to_e4m3(value / scale) * scale;
+}
+
+DType cache_dtype_of(const AttentionCase& c) { return c.fp8_cache ? DType::kF8E4M3 : c.dtype; }
+
+// Stores a value the dense inputs hold (already cached_value) into a cache element. For FP8,
+// (e * scale) / scale rounds back to e (e has 4 significant bits), so the stored bits are the ones
+// cached_value quantized to.
+void store_cached(const AttentionCase& c, void* base, int64_t offset, float value, float scale) {
+  store_float(base, cache_dtype_of(c), offset, c.fp8_cache ? value / scale : value);
+}
 
 }  // namespace
 
@@ -83,8 +101,8 @@ DenseInputs make_dense_inputs(const AttentionCase& c, Rng& rng) {
     const auto count = static_cast<size_t>(seq.context_len * c.num_kv_heads * c.head_dim);
     std::vector<float> k(count), v(count);
     for (size_t i = 0; i < count; ++i) {
-      k[i] = round_to_dtype(rng.uniform(-kQkRange, kQkRange), c.dtype);
-      v[i] = round_to_dtype(rng.uniform(-1.0f, 1.0f), c.dtype);
+      k[i] = cached_value(c, rng.uniform(-kQkRange, kQkRange), c.kv_scales.k_scale);
+      v[i] = cached_value(c, rng.uniform(-1.0f, 1.0f), c.kv_scales.v_scale);
     }
     in.keys.push_back(std::move(k));
     in.values.push_back(std::move(v));
@@ -103,11 +121,11 @@ PagedInputs page_inputs(const AttentionCase& c, const DenseInputs& in, int64_t b
   const int64_t num_blocks = blocks_needed + blocks_needed / 2 + 3;  // a third of the pool unused
 
   PagedInputs paged;
-  paged.k_cache = Tensor::cpu({num_blocks, block_size, c.num_kv_heads, c.head_dim}, c.dtype);
-  paged.v_cache = Tensor::cpu({num_blocks, block_size, c.num_kv_heads, c.head_dim}, c.dtype);
+  paged.k_cache = Tensor::cpu({num_blocks, block_size, c.num_kv_heads, c.head_dim}, cache_dtype_of(c));
+  paged.v_cache = Tensor::cpu({num_blocks, block_size, c.num_kv_heads, c.head_dim}, cache_dtype_of(c));
   for (int64_t i = 0; i < paged.k_cache.numel(); ++i) {
-    store_float(paged.k_cache.view().data, c.dtype, i, rng.uniform(-kQkRange, kQkRange));
-    store_float(paged.v_cache.view().data, c.dtype, i, rng.uniform(-1.0f, 1.0f));
+    store_cached(c, paged.k_cache.view().data, i, rng.uniform(-kQkRange, kQkRange), c.kv_scales.k_scale);
+    store_cached(c, paged.v_cache.view().data, i, rng.uniform(-1.0f, 1.0f), c.kv_scales.v_scale);
   }
 
   std::vector<int32_t> block_ids(static_cast<size_t>(num_blocks));
@@ -129,10 +147,10 @@ PagedInputs page_inputs(const AttentionCase& c, const DenseInputs& in, int64_t b
           int64_t{tables[s * max_blocks_per_seq + pos / block_size]} * block_size + pos % block_size;
       for (int64_t e = 0; e < row_elems; ++e) {
         const size_t src = static_cast<size_t>(pos * row_elems + e);
-        store_float(paged.k_cache.view().data, c.dtype, slot * row_elems + e,
-                    in.keys[static_cast<size_t>(s)][src]);
-        store_float(paged.v_cache.view().data, c.dtype, slot * row_elems + e,
-                    in.values[static_cast<size_t>(s)][src]);
+        store_cached(c, paged.k_cache.view().data, slot * row_elems + e, in.keys[static_cast<size_t>(s)][src],
+                     c.kv_scales.k_scale);
+        store_cached(c, paged.v_cache.view().data, slot * row_elems + e, in.values[static_cast<size_t>(s)][src],
+                     c.kv_scales.v_scale);
       }
     }
   }
@@ -148,6 +166,7 @@ AttentionParams make_params(const AttentionCase& c, const DenseInputs& in, const
   params.causal = c.causal;
   params.sliding_window = c.window;
   params.softcap = c.softcap;
+  if (c.fp8_cache) params.kv_scales = c.kv_scales;
   for (const SeqShape& seq : c.seqs) {
     params.max_seqlen_q = std::max(params.max_seqlen_q, static_cast<int32_t>(seq.q_len));
     params.max_seqlen_k = std::max(params.max_seqlen_k, static_cast<int32_t>(seq.context_len));

@@ -37,6 +37,10 @@ struct AttentionCase {
   bool causal = true;
   DType dtype = DType::kF32;  // q, caches and out
   uint64_t seed = 1;
+  // An FP8 KV cache: the caches hold e4m3(x / scale) (backend.h KvScales) and the dense keys/values
+  // are what attention must read back, float(stored) * scale; q and out keep `dtype`.
+  bool fp8_cache = false;
+  KvScales kv_scales{};
 };
 
 // The inputs of a case that do not depend on paging. Values are drawn in f32 and rounded to the
@@ -55,7 +59,7 @@ DenseInputs make_dense_inputs(const AttentionCase& c, Rng& rng);
 // permutation of all block ids; blocks nobody owns hold random (finite) garbage; block-table
 // entries past a sequence's last block are -1, so reading one is caught.
 struct PagedInputs {
-  Tensor k_cache, v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim], case dtype
+  Tensor k_cache, v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim], case dtype (or f8_e4m3)
   Tensor block_tables;      // [num_seqs, max_blocks_per_seq], i32
 };
 
@@ -63,7 +67,7 @@ PagedInputs page_inputs(const AttentionCase& c, const DenseInputs& in, int64_t b
 
 AttentionParams make_params(const AttentionCase& c, const DenseInputs& in, const PagedInputs& paged);
 
-// Writes `value` rounded to `dtype` at element `offset` of `base`.
+// Writes `value` rounded to `dtype` (f32, bf16, f16 or f8_e4m3, unscaled) at element `offset` of `base`.
 void store_float(void* base, DType dtype, int64_t offset, float value);
 float load_float(const void* base, DType dtype, int64_t offset);
 // Fills a tensor with NaN so rows an op forgets to write stand out.

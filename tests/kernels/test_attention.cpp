@@ -110,6 +110,66 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(0.0f, 50.0f), ::testing::Values(DType::kF32, DType::kBF16)),
     grid_name);
 
+// The FP8 KV cache: caches of e4m3(x / scale) with per-layer scales far from 1 (so a kernel that
+// forgets a scale fails), read as float(stored) * scale by the reference and every implementation.
+// (head pair index, head_dim, mix index, window, q/out dtype)
+using Fp8GridParam = std::tuple<int, int64_t, int, int32_t, DType>;
+
+class AttentionFp8Grid : public ::testing::TestWithParam<Fp8GridParam> {};
+
+TEST_P(AttentionFp8Grid, MatchesReferenceOnQuantizedKv) {
+  const auto [pair_index, head_dim, mix_index, window, dtype] = GetParam();
+  AttentionCase c;
+  c.num_heads = kHeadPairs[pair_index].num_heads;
+  c.num_kv_heads = kHeadPairs[pair_index].num_kv_heads;
+  c.head_dim = head_dim;
+  c.seqs = seq_mix(mix_index).seqs;
+  c.window = window;
+  c.dtype = dtype;
+  c.fp8_cache = true;
+  c.kv_scales = {0.0234375f, 0.0078125f * 1.5f};  // |k| <= 3 -> |k / s| <= 128; |v| <= 1 -> <= 85
+  c.seed = 7000003u * static_cast<uint64_t>(pair_index * 7 + mix_index) + static_cast<uint64_t>(head_dim) +
+           (window > 0 ? 17u : 0u) + (dtype == DType::kBF16 ? 31u : 0u);
+  check_case(c, {16, 32});
+}
+
+std::string fp8_grid_name(const ::testing::TestParamInfo<Fp8GridParam>& info) {
+  const auto [pair_index, head_dim, mix_index, window, dtype] = info.param;
+  const HeadPair& heads = kHeadPairs[pair_index];
+  return fmt::format("q{}kv{}_hd{}_{}_{}_q{}_kvf8", heads.num_heads, heads.num_kv_heads, head_dim,
+                     seq_mix(mix_index).name, window > 0 ? fmt::format("win{}", window) : "full", dtype_name(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fp8Cache, AttentionFp8Grid,
+    ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values<int64_t>(64, 128, 256),
+                       ::testing::Values(0, 1, 2, 3), ::testing::Values<int32_t>(-1, 128),
+                       ::testing::Values(DType::kBF16, DType::kF32)),
+    fp8_grid_name);
+
+// An FP8 cache read with the wrong scales is wrong: the scales are part of the op, not decoration.
+TEST(Attention, Fp8CacheScalesChangeTheResult) {
+  AttentionCase c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.seqs = {{3, 40}, {1, 70}};
+  c.dtype = DType::kF32;
+  c.fp8_cache = true;
+  c.kv_scales = {0.05f, 0.02f};
+  Rng rng(5);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  const PagedInputs paged = page_inputs(c, in, 16, rng);
+  AttentionParams params = make_params(c, in, paged);
+  const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+  Tensor out = Tensor::cpu({in.num_tokens, c.num_heads, c.head_dim}, c.dtype);
+  cpu::attention(out, in.q, paged.k_cache, paged.v_cache, params);
+  EXPECT_EQ(compare(expected, out, tolerance_vs_reference(c.dtype)), "");
+  params.kv_scales = {};  // the default 1.0: a different (wrong) cache content
+  cpu::attention(out, in.q, paged.k_cache, paged.v_cache, params);
+  EXPECT_NE(compare(expected, out, tolerance_vs_reference(c.dtype)), "");
+}
+
 TEST(Attention, NonCausalMatchesReference) {
   AttentionCase c;
   c.num_heads = 8;

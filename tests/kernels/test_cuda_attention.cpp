@@ -3,6 +3,7 @@
 // batch invariance (split-KV vs one pass), strided q with an f32 out, and write_kv feeding attention.
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
@@ -397,6 +398,178 @@ TEST(CudaAttention, WriteKvAndAttentionBeyond32BitOffsets) {
   Tensor out_dev = gpu->alloc(in.q.shape(), c.dtype);
   gpu->attention(out_dev.view(), q_dev.view(), k_dev.view(), v_dev.view(), p.params);
   EXPECT_EQ(compare(expected, to_host(*gpu, out_dev.view()), tolerance_vs_reference(c.dtype)), "");
+}
+
+
+// ----- the FP8 KV cache ------------------------------------------------------------------------
+
+// (head pair index, head_dim, mix index, window, q/out dtype): FP8 caches with scales far from 1,
+// CUDA (general and decode kernels; the prefill kernel reads bf16 caches only) against the f64
+// reference on the dequantized K/V and against the CPU kernel.
+using Fp8GridParam = std::tuple<int, int64_t, int, int32_t, DType>;
+class CudaAttentionFp8Grid : public ::testing::TestWithParam<Fp8GridParam> {};
+
+TEST_P(CudaAttentionFp8Grid, MatchesReferenceAndCpu) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const auto [pair_index, head_dim, mix_index, window, dtype] = GetParam();
+  AttentionCase c;
+  c.num_heads = kHeadPairs[pair_index].num_heads;
+  c.num_kv_heads = kHeadPairs[pair_index].num_kv_heads;
+  c.head_dim = head_dim;
+  c.seqs = kMixes[mix_index];
+  c.window = window;
+  c.dtype = dtype;
+  c.fp8_cache = true;
+  c.kv_scales = {0.0234375f, 0.01171875f};
+  c.seed = 6007u * static_cast<uint64_t>(pair_index * 5 + mix_index) + static_cast<uint64_t>(head_dim) +
+           (window > 0 ? 3u : 0u) + (dtype == DType::kBF16 ? 11u : 0u);
+  Rng rng(c.seed);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  std::vector<double> expected;
+  for (int64_t block_size : {16, 32}) {
+    SCOPED_TRACE(fmt::format("block_size {}", block_size));
+    const PagedInputs paged = page_inputs(c, in, block_size, rng);
+    const AttentionParams params = make_params(c, in, paged);
+    if (expected.empty()) expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+    const Tensor got = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, dtype);
+    EXPECT_EQ(compare(expected, got, tolerance_vs_reference(dtype)), "") << "cuda vs reference";
+    Tensor cpu_out = Tensor::cpu({in.num_tokens, c.num_heads, c.head_dim}, dtype);
+    cpu::attention(cpu_out, in.q, paged.k_cache, paged.v_cache, params);
+    EXPECT_EQ(compare(to_doubles(cpu_out), got, tolerance_between(dtype)), "") << "cuda vs cpu";
+  }
+}
+
+std::string fp8_grid_name(const ::testing::TestParamInfo<Fp8GridParam>& info) {
+  const auto [pair_index, head_dim, mix_index, window, dtype] = info.param;
+  return fmt::format("q{}kv{}_hd{}_{}_{}_q{}_kvf8", kHeadPairs[pair_index].num_heads,
+                     kHeadPairs[pair_index].num_kv_heads, head_dim, mix_index == 0 ? "mixed" : "decode",
+                     window > 0 ? fmt::format("win{}", window) : "full", dtype_name(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Cache, CudaAttentionFp8Grid,
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values<int64_t>(64, 128, 256),
+                                            ::testing::Values(0, 1), ::testing::Values<int32_t>(-1, 128),
+                                            ::testing::Values(DType::kBF16, DType::kF32)),
+                         fp8_grid_name);
+
+// With an FP8 cache a decode row is still bitwise the same whatever kernel runs it: alone (the decode
+// kernel, split), in a mixed batch (decode kernel), and as the last row of a 2-token sequence (the
+// general kernel): both dequantize with the same f32 multiply before the same chunk arithmetic.
+TEST(CudaAttention, Fp8CacheDecodeRowAloneEqualsInBatch) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const std::vector<SeqShape> mixes[] = {
+      {{5, 60}, {1, 3000}, {1, 5000}, {300, 300}, {1, 2}},
+      {{5, 60}, {2, 3000}, {1, 5000}, {300, 300}, {1, 2}},
+  };
+  for (const auto& seqs : mixes) {
+    for (int64_t head_dim : {64, 128}) {
+      SCOPED_TRACE(fmt::format("q_len {} head_dim {}", seqs[1].q_len, head_dim));
+      AttentionCase batch;
+      batch.num_heads = 8;
+      batch.num_kv_heads = 2;
+      batch.head_dim = head_dim;
+      batch.dtype = DType::kBF16;
+      batch.seqs = seqs;
+      batch.fp8_cache = true;
+      batch.kv_scales = {0.03f, 0.007f};
+      Rng rng(9);
+      const DenseInputs in = make_dense_inputs(batch, rng);
+      const PagedInputs paged = page_inputs(batch, in, 16, rng);
+      const AttentionParams params = make_params(batch, in, paged);
+      const Tensor batch_out = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, batch.dtype);
+      const int64_t row = in.cu_seqlens_q.ptr<int32_t>()[1] + seqs[1].q_len - 1;
+      Tensor cu = Tensor::cpu({2}, DType::kI32), lens = Tensor::cpu({1}, DType::kI32);
+      cu.ptr<int32_t>()[0] = 0;
+      cu.ptr<int32_t>()[1] = 1;
+      lens.ptr<int32_t>()[0] = static_cast<int32_t>(seqs[1].context_len);
+      AttentionParams alone = params;
+      alone.cu_seqlens_q = cu.view();
+      alone.seq_lens_k = lens.view();
+      alone.block_tables = paged.block_tables.view().slice_rows(1, 2);
+      alone.max_seqlen_q = 1;
+      alone.max_seqlen_k = static_cast<int32_t>(seqs[1].context_len);
+      const Tensor alone_out =
+          run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, batch.dtype);
+      const size_t row_bytes = static_cast<size_t>(batch.num_heads * head_dim) * dtype_size_bytes(batch.dtype);
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row) * row_bytes,
+                            alone_out.view().data, row_bytes), 0);
+      EXPECT_EQ(compare(reference::attention(in.q, paged.k_cache, paged.v_cache, params), batch_out,
+                        tolerance_vs_reference(batch.dtype)), "");
+    }
+  }
+}
+
+// write_kv into FP8 caches stores e4m3(x / scale) bit for bit as the CPU twin (saturating), and the
+// fused prologue stores what the unfused CUDA ops (rms_norm, rope, write_kv) store.
+TEST(CudaWriteKv, Fp8CacheBitwiseEqualsCpuAndFusedEqualsUnfused) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const int64_t num_tokens = 37, num_q_heads = 4, kv_heads = 2, hd = 128, block_size = 16, num_blocks = 8;
+  const KvScales scales{0.021f, 0.0093f};
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Rng rng(31);
+    const int64_t width = (num_q_heads + 2 * kv_heads) * hd;
+    Tensor qkv = Tensor::cpu({num_tokens, width}, dtype);
+    for (int64_t i = 0; i < qkv.numel(); ++i) store_float(qkv.view().data, dtype, i, rng.uniform(-12.0f, 12.0f));
+    Tensor slots = Tensor::cpu({num_tokens}, DType::kI64), positions = Tensor::cpu({num_tokens}, DType::kI32);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      slots.ptr<int64_t>()[t] = t % 6 == 4 ? -1 : (t * 29) % (num_blocks * block_size);
+      positions.ptr<int32_t>()[t] = static_cast<int32_t>(rng.below(5000));
+    }
+    Tensor inv_freq = Tensor::cpu({hd / 2}, DType::kF32);
+    for (int64_t i = 0; i < hd / 2; ++i)
+      inv_freq.ptr<float>()[i] = static_cast<float>(std::pow(1e6, -2.0 * static_cast<double>(i) / hd));
+    Tensor norm = Tensor::cpu({hd}, dtype);
+    for (int64_t i = 0; i < hd; ++i) store_float(norm.view().data, dtype, i, rng.uniform(0.5f, 1.5f));
+    auto heads = [&](const Tensor& buffer, int64_t first_head, int64_t n) {
+      TensorView v = buffer.view();
+      v.data = static_cast<char*>(v.data) + first_head * hd * static_cast<int64_t>(dtype_size_bytes(dtype));
+      v.shape = Shape{num_tokens, n, hd};
+      v.strides = {width, hd, 1, 0};
+      return v;
+    };
+    const Shape cache_shape{num_blocks, block_size, kv_heads, hd};
+    auto fresh_cache = [&] {
+      Tensor cache = Tensor::cpu(cache_shape, DType::kF8E4M3);
+      std::memset(cache.view().data, 0x33, static_cast<size_t>(cache.numel()));
+      return cache;
+    };
+
+    // write_kv: CPU and CUDA on the same rows.
+    Tensor k_cpu = fresh_cache(), v_cpu = fresh_cache();
+    cpu::write_kv(k_cpu, v_cpu, heads(qkv, num_q_heads, kv_heads), heads(qkv, num_q_heads + kv_heads, kv_heads), slots,
+                  scales);
+    Tensor qkv_dev = to_device(*gpu, qkv.view()), slots_dev = to_device(*gpu, slots.view());
+    Tensor k_dev = to_device(*gpu, fresh_cache().view()), v_dev = to_device(*gpu, fresh_cache().view());
+    gpu->write_kv(k_dev.view(), v_dev.view(), heads(qkv_dev, num_q_heads, kv_heads),
+                  heads(qkv_dev, num_q_heads + kv_heads, kv_heads), slots_dev.view(), scales);
+    EXPECT_EQ(std::memcmp(to_host(*gpu, k_dev.view()).view().data, k_cpu.view().data, k_cpu.nbytes()), 0) << "k";
+    EXPECT_EQ(std::memcmp(to_host(*gpu, v_dev.view()).view().data, v_cpu.view().data, v_cpu.nbytes()), 0) << "v";
+
+    // The fused prologue against the unfused CUDA ops, both into FP8 caches.
+    const Tensor norm_dev = to_device(*gpu, norm.view()), pos_dev = to_device(*gpu, positions.view()),
+                 freq_dev = to_device(*gpu, inv_freq.view());
+    auto run = [&](bool fused) {
+      Tensor buffer = to_device(*gpu, qkv.view());
+      Tensor k_cache = to_device(*gpu, fresh_cache().view()), v_cache = to_device(*gpu, fresh_cache().view());
+      TensorView q = heads(buffer, 0, num_q_heads), k = heads(buffer, num_q_heads, kv_heads),
+                 v = heads(buffer, num_q_heads + kv_heads, kv_heads);
+      if (fused) {
+        gpu->qk_norm_rope_write_kv(q, k, v, norm_dev.view(), norm_dev.view(), 1e-6f, NormWeight::kPlain, pos_dev.view(),
+                                   freq_dev.view(), 1.0f, k_cache.view(), v_cache.view(), slots_dev.view(), scales);
+      } else {
+        gpu->Backend::qk_norm_rope_write_kv(q, k, v, norm_dev.view(), norm_dev.view(), 1e-6f, NormWeight::kPlain,
+                                            pos_dev.view(), freq_dev.view(), 1.0f, k_cache.view(), v_cache.view(),
+                                            slots_dev.view(), scales);
+      }
+      return std::pair<Tensor, Tensor>{to_host(*gpu, k_cache.view()), to_host(*gpu, v_cache.view())};
+    };
+    const auto [k_fused, v_fused] = run(true);
+    const auto [k_plain, v_plain] = run(false);
+    EXPECT_EQ(std::memcmp(k_fused.view().data, k_plain.view().data, k_plain.nbytes()), 0) << "prologue k";
+    EXPECT_EQ(std::memcmp(v_fused.view().data, v_plain.view().data, v_plain.nbytes()), 0) << "prologue v";
+    EXPECT_EQ(std::memcmp(v_fused.view().data, v_cpu.view().data, v_cpu.nbytes()), 0) << "prologue v vs cpu write_kv";
+  }
 }
 
 }  // namespace

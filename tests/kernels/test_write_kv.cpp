@@ -2,6 +2,7 @@
 // else changes; the hand-checked slot vectors of serving.md.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -136,6 +137,66 @@ TEST(WriteKv, ConvertsDtypeAndReadsStridedRows) {
       v_dense.ptr<float>()[t * num_kv_heads * head_dim + e] = v.ptr<float>()[t * fused_width + e];
     }
   expect_cache_holds(caches, k_dense, v_dense, slots);
+}
+
+// An FP8 cache stores e4m3(x / scale), bit for bit (round to nearest even, saturating at +-448),
+// with k and v each divided by their own scale; -1 slots and unmapped slots stay untouched.
+TEST(WriteKv, Fp8CacheStoresScaledE4m3Bits) {
+  for (DType row_dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(row_dtype));
+    const int64_t num_tokens = 7, num_kv_heads = 2, head_dim = 32, block_size = 4, num_blocks = 5;
+    const KvScales scales{0.037f, 0.011f};
+    Tensor k = Tensor::cpu({num_tokens, num_kv_heads, head_dim}, row_dtype);
+    Tensor v = Tensor::cpu({num_tokens, num_kv_heads, head_dim}, row_dtype);
+    Rng rng(11);
+    for (int64_t i = 0; i < k.numel(); ++i) {
+      // Some values past 448 * scale, to see the saturation; a few exact zeros and negatives.
+      store_float(k.view().data, row_dtype, i, i % 13 == 0 ? 0.0f : rng.uniform(-20.0f, 20.0f));
+      store_float(v.view().data, row_dtype, i, rng.uniform(-6.0f, 6.0f));
+    }
+    Tensor k_cache = Tensor::cpu({num_blocks, block_size, num_kv_heads, head_dim}, DType::kF8E4M3);
+    Tensor v_cache = Tensor::cpu({num_blocks, block_size, num_kv_heads, head_dim}, DType::kF8E4M3);
+    std::memset(k_cache.view().data, 0x5a, static_cast<size_t>(k_cache.numel()));
+    std::memset(v_cache.view().data, 0xa5, static_cast<size_t>(v_cache.numel()));
+    const std::vector<int64_t> slots = {19, -1, 0, 7, 12, -1, 3};
+    cpu::write_kv(k_cache, v_cache, k, v, slot_tensor(slots), scales);
+
+    const int64_t row = num_kv_heads * head_dim;
+    std::vector<int64_t> token_in_slot(static_cast<size_t>(num_blocks * block_size), -1);
+    for (size_t t = 0; t < slots.size(); ++t)
+      if (slots[t] >= 0) token_in_slot[static_cast<size_t>(slots[t])] = static_cast<int64_t>(t);
+    int saturated = 0;
+    for (int64_t slot = 0; slot < num_blocks * block_size; ++slot) {
+      const int64_t t = token_in_slot[static_cast<size_t>(slot)];
+      for (int64_t e = 0; e < row; ++e) {
+        const uint8_t got_k = k_cache.ptr<uint8_t>()[slot * row + e];
+        const uint8_t got_v = v_cache.ptr<uint8_t>()[slot * row + e];
+        if (t < 0) {
+          ASSERT_EQ(got_k, 0x5a) << "slot " << slot;
+          ASSERT_EQ(got_v, 0xa5) << "slot " << slot;
+          continue;
+        }
+        const float x_k = load_float(k.view().data, row_dtype, t * row + e);
+        const float x_v = load_float(v.view().data, row_dtype, t * row + e);
+        ASSERT_EQ(got_k, f32_to_e4m3_bits(x_k / scales.k_scale)) << "slot " << slot << " element " << e;
+        ASSERT_EQ(got_v, f32_to_e4m3_bits(x_v / scales.v_scale)) << "slot " << slot << " element " << e;
+        if (std::abs(x_k / scales.k_scale) > kE4M3Max) {
+          ++saturated;
+          ASSERT_EQ(e4m3_bits_to_f32(got_k), std::copysign(kE4M3Max, x_k));
+        }
+      }
+    }
+    EXPECT_GT(saturated, 0) << "the inputs should reach the saturation";
+  }
+}
+
+// A float cache ignores the scales: bf16 rows land bit for bit as without them.
+TEST(WriteKv, FloatCacheIgnoresScales) {
+  Caches caches = sentinel_caches(6, 4, 2, 8, DType::kBF16);
+  auto [k, v] = numbered_rows(6, 2, 8, DType::kBF16);
+  const std::vector<int64_t> slots = {5, -1, 0, 23, 13, -1};
+  cpu::write_kv(caches.k, caches.v, k, v, slot_tensor(slots), KvScales{0.5f, 4.0f});
+  expect_cache_holds(caches, k, v, slots);
 }
 
 TEST(WriteKv, LargeBatchScatter) {

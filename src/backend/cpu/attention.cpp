@@ -1,6 +1,7 @@
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -17,6 +18,8 @@ namespace {
 bool is_float_dtype(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
+// What a KV cache may hold: a float dtype, or f8_e4m3 (the FP8 KV cache, scaled: backend.h KvScales).
+bool is_cache_dtype(DType dtype) { return is_float_dtype(dtype) || dtype == DType::kF8E4M3; }
 
 // ---------------------------------------------------------------------------------------------
 // write_kv
@@ -31,7 +34,7 @@ void check_cache_view(const TensorView& cache, const char* name) {
   CHECK_MSG(cache.ndim() == 4,
             "[attention] {} must be [num_blocks, block_size, num_kv_heads, head_dim], got {}", name,
             cache.shape.to_string());
-  CHECK_MSG(is_float_dtype(cache.dtype), "[attention] {} dtype {} is not f32/bf16/f16", name,
+  CHECK_MSG(is_cache_dtype(cache.dtype), "[attention] {} dtype {} is not f32/bf16/f16/f8_e4m3", name,
             dtype_name(cache.dtype));
   CHECK_MSG(cache.strides[3] == 1, "[attention] {} head_dim must be contiguous", name);
   CHECK(cache.device == Device::kCpu);
@@ -58,10 +61,29 @@ void copy_elements(const char* src, DType src_dtype, char* dst, DType dst_dtype,
   convert_from_f32(tmp.data(), dst, dst_dtype, static_cast<size_t>(count));
 }
 
+// Stores `count` elements into an FP8 cache row as e4m3(x / scale) (a true division, as vLLM's
+// reference quantizer; the CUDA twin divides with __fdiv_rn).
+void quantize_elements(const char* src, DType src_dtype, uint8_t* dst, float scale, int64_t count,
+                       std::vector<float>& tmp) {
+  tmp.resize(static_cast<size_t>(count));
+  convert_to_f32(src, src_dtype, tmp.data(), static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) dst[i] = f32_to_e4m3_bits(tmp[static_cast<size_t>(i)] / scale);
+}
+
+// One row of k or v into a cache row of any cache dtype.
+void store_row(const char* src, DType src_dtype, char* dst, DType cache_dtype, float scale, int64_t count,
+               std::vector<float>& tmp) {
+  if (cache_dtype == DType::kF8E4M3) {
+    quantize_elements(src, src_dtype, reinterpret_cast<uint8_t*>(dst), scale, count, tmp);
+  } else {
+    copy_elements(src, src_dtype, dst, cache_dtype, count, tmp);
+  }
+}
+
 }  // namespace
 
 void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
-              const TensorView& slot_mapping) {
+              const TensorView& slot_mapping, const KvScales& scales) {
   check_cache_view(k_cache, "k_cache");
   check_cache_view(v_cache, "v_cache");
   check_rows_view(k, "k");
@@ -69,6 +91,8 @@ void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const
   CHECK_MSG(k_cache.shape == v_cache.shape, "[write_kv] k_cache {} != v_cache {}", k_cache.shape.to_string(),
             v_cache.shape.to_string());
   CHECK_MSG(k.shape == v.shape, "[write_kv] k {} != v {}", k.shape.to_string(), v.shape.to_string());
+  CHECK_MSG(k_cache.dtype != DType::kF8E4M3 || (scales.k_scale > 0 && scales.v_scale > 0),
+            "[write_kv] FP8 cache scales must be > 0, got k {} v {}", scales.k_scale, scales.v_scale);
   const int64_t num_tokens = k.size(0), num_kv_heads = k.size(1), head_dim = k.size(2);
   CHECK_MSG(k_cache.size(2) == num_kv_heads && k_cache.size(3) == head_dim,
             "[write_kv] rows {} do not fit cache {}", k.shape.to_string(), k_cache.shape.to_string());
@@ -93,10 +117,10 @@ void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const
             block * k_cache.strides[0] + in_block * k_cache.strides[1] + h * k_cache.strides[2];
         const int64_t v_dst =
             block * v_cache.strides[0] + in_block * v_cache.strides[1] + h * v_cache.strides[2];
-        copy_elements(element_address(k, k_src), k.dtype, element_address(k_cache, k_dst), k_cache.dtype,
-                      head_dim, tmp);
-        copy_elements(element_address(v, v_src), v.dtype, element_address(v_cache, v_dst), v_cache.dtype,
-                      head_dim, tmp);
+        store_row(element_address(k, k_src), k.dtype, element_address(k_cache, k_dst), k_cache.dtype,
+                  scales.k_scale, head_dim, tmp);
+        store_row(element_address(v, v_src), v.dtype, element_address(v_cache, v_dst), v_cache.dtype,
+                  scales.v_scale, head_dim, tmp);
       }
     }
   };
@@ -161,6 +185,7 @@ struct Problem {
   float scale = 1.0f, softcap = 0.0f;
   bool causal = true;
   int64_t window = 0;  // 0 = off
+  float k_scale = 1.0f, v_scale = 1.0f;  // FP8 caches: stored values times these (KvScales)
 };
 
 // Keys [begin, end) that the query at absolute position `pos` sees in a context of `context_len`.
@@ -235,6 +260,8 @@ Problem make_problem(TensorView out, const TensorView& q, const TensorView& k_ca
   p.softcap = params.softcap;
   p.causal = params.causal;
   p.window = params.sliding_window > 0 ? params.sliding_window : 0;
+  p.k_scale = params.kv_scales.k_scale;
+  p.v_scale = params.kv_scales.v_scale;
 
   const int64_t num_tokens = q.size(0);
   CHECK_MSG(p.cu_seqlens_q[0] == 0, "[attention] cu_seqlens_q[0] = {}", p.cu_seqlens_q[0]);
@@ -427,6 +454,30 @@ struct F16Element {
   using Storage = uint16_t;
   static float widen(uint16_t bits) { return f16_bits_to_f32(bits); }
 };
+// The FP8 KV cache: e4m3 bits widened through a table; the gather then multiplies by the layer's
+// k_scale / v_scale (kScaled), so attention sees float(stored) * scale.
+struct Fp8Element {
+  using Storage = uint8_t;
+  static constexpr bool kScaled = true;
+  static float widen(uint8_t bits) { return table()[bits]; }
+  static const float* table() {
+    static const auto values = [] {
+      std::array<float, 256> t{};
+      for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = e4m3_bits_to_f32(static_cast<uint8_t>(b));
+      return t;
+    }();
+    return values.data();
+  }
+};
+// Whether a cache element type carries scales (float caches are read as they are).
+template <typename Element>
+constexpr bool is_scaled_element() {
+  if constexpr (requires { Element::kScaled; }) {
+    return Element::kScaled;
+  } else {
+    return false;
+  }
+}
 
 // e^x for x <= 0 (a score minus its running max), in plain arithmetic so that loops over lanes
 // vectorise (no libm call, no branch): x = n ln2 + r with |r| <= ln2/2, a degree-6 Taylor
@@ -586,8 +637,14 @@ class TileKernel {
           k_base + block * p_.k_stride_block + in_block * p_.k_stride_slot + kv_head * p_.k_stride_head;
       const Storage* v_row =
           v_base + block * p_.v_stride_block + in_block * p_.v_stride_slot + kv_head * p_.v_stride_head;
-      for (int64_t d = 0; d < hd; ++d) k_lane[d] = Element::widen(k_row[d]);
-      for (int64_t d = 0; d < hd; ++d) v_lane[d] = Element::widen(v_row[d]);
+      if constexpr (is_scaled_element<Element>()) {
+        const float k_scale = p_.k_scale, v_scale = p_.v_scale;
+        for (int64_t d = 0; d < hd; ++d) k_lane[d] = Element::widen(k_row[d]) * k_scale;
+        for (int64_t d = 0; d < hd; ++d) v_lane[d] = Element::widen(v_row[d]) * v_scale;
+      } else {
+        for (int64_t d = 0; d < hd; ++d) k_lane[d] = Element::widen(k_row[d]);
+        for (int64_t d = 0; d < hd; ++d) v_lane[d] = Element::widen(v_row[d]);
+      }
       // Decode is bound by memory latency: ask for this lane's key of the next chunk now.
       // (A prefetch never faults, so a bad block id is still caught only by the CHECK above.)
       const int64_t next_key = key + kKeyChunk;
@@ -787,7 +844,8 @@ AttentionFn pick_dtype(DType cache_dtype, int64_t head_dim) {
     case DType::kF32: return pick_head_dim<F32Element, kIsa>(head_dim);
     case DType::kBF16: return pick_head_dim<Bf16Element, kIsa>(head_dim);
     case DType::kF16: return pick_head_dim<F16Element, kIsa>(head_dim);
-    default: CHECK_MSG(false, "[attention] cache dtype {} is not f32/bf16/f16", dtype_name(cache_dtype));
+    case DType::kF8E4M3: return pick_head_dim<Fp8Element, kIsa>(head_dim);
+    default: CHECK_MSG(false, "[attention] cache dtype {} is not f32/bf16/f16/f8_e4m3", dtype_name(cache_dtype));
   }
   return nullptr;
 }

@@ -1,7 +1,8 @@
 // CPU twin of the KV-cache ops: write_kv (scatter new k/v rows into paged caches) and the varlen
 // paged attention op that serves prefill, decode and mixed batches with one code path.
 //
-// Paged cache layout (K and V alike), in the model's activation dtype (f32, bf16 or f16):
+// Paged cache layout (K and V alike), in the model's activation dtype (f32, bf16 or f16) or f8_e4m3
+// (the FP8 KV cache: stored = e4m3(x / scale), read = float(stored) * scale, backend.h KvScales):
 //
 //   cache [num_blocks, block_size, num_kv_heads, head_dim]
 //   token at absolute position p of sequence s lives in
@@ -23,16 +24,17 @@
 
 namespace pagellm::cpu {
 
-// k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim], f32/bf16/f16
+// k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim], f32/bf16/f16/f8_e4m3
 // k, v:             [T, num_kv_heads, head_dim] (rows may be strided, e.g. views into a fused qkv)
 // slot_mapping:     [T], i64; -1 = skip the token (padding, or a token whose KV is already cached)
-// k/v are converted to the cache dtype when they differ (rounded once).
+// k/v are converted to the cache dtype when they differ (rounded once); an f8_e4m3 cache stores
+// e4m3(k / scales.k_scale) and e4m3(v / scales.v_scale).
 void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
-              const TensorView& slot_mapping);
+              const TensorView& slot_mapping, const KvScales& scales = {});
 
 // out: [T, num_heads, head_dim], f32/bf16/f16 (may differ from q's dtype; written rounded once)
 // q:   [T, num_heads, head_dim], f32/bf16/f16
-// caches as in write_kv. Softmax runs in f32 per query row (online, flash style). A row that sees no
+// caches as in write_kv (f8_e4m3 caches read as float(stored) * params.kv_scales). Softmax runs in f32 per query row (online, flash style). A row that sees no
 // key is written as zeros. Rows past cu_seqlens_q[num_seqs] are left untouched.
 //
 // Numerics do not depend on the batch or the thread count: keys are processed in chunks and

@@ -244,8 +244,8 @@ void CpuBackend::embedding(TensorView out, const TensorView& table, const Tensor
 }
 
 void CpuBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k,
-                          const TensorView& v, const TensorView& slot_mapping) {
-  cpu::write_kv(k_cache, v_cache, k, v, slot_mapping);
+                          const TensorView& v, const TensorView& slot_mapping, const KvScales& scales) {
+  cpu::write_kv(k_cache, v_cache, k, v, slot_mapping, scales);
 }
 
 void CpuBackend::attention(TensorView out, const TensorView& q, const TensorView& k_cache,

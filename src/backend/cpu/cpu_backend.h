@@ -35,7 +35,7 @@ class CpuBackend final : public Backend {
   void softcap(TensorView x, float cap) override;
   void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
   void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
-                const TensorView& slot_mapping) override;
+                const TensorView& slot_mapping, const KvScales& scales = {}) override;
   void attention(TensorView out, const TensorView& q, const TensorView& k_cache,
                  const TensorView& v_cache, const AttentionParams& params) override;
   void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,

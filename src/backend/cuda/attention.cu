@@ -34,6 +34,7 @@
 #include <string_view>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -47,8 +48,9 @@ static_assert(kKeysPerWarp % kChunk == 0);
 
 // ----- write_kv -------------------------------------------------------------------------------
 
-template <typename T>
-__global__ void write_kv_kernel(T* k_cache, T* v_cache, CacheLayout cache, Rows k, Rows v,
+// T: the rows' type; C: the cache element type (T, or KvFp8 with the format's scales).
+template <typename T, typename C>
+__global__ void write_kv_kernel(C* k_cache, C* v_cache, CacheLayout cache, KvFormat format, Rows k, Rows v,
                                 const int64_t* __restrict__ slot_mapping, int64_t num_tokens) {
   const int64_t per_token = cache.num_kv_heads * cache.head_dim;
   const int64_t n = num_tokens * per_token;
@@ -62,8 +64,15 @@ __global__ void write_kv_kernel(T* k_cache, T* v_cache, CacheLayout cache, Rows 
     const int64_t h = rest / cache.head_dim, d = rest % cache.head_dim;
     const int64_t dst = (slot / cache.block_size) * cache.stride_block + (slot % cache.block_size) * cache.stride_slot +
                         h * cache.stride_head + d;
-    k_cache[dst] = row_ptr<const T>(k, t * cache.num_kv_heads + h)[d];
-    v_cache[dst] = row_ptr<const T>(v, t * cache.num_kv_heads + h)[d];
+    const T k_value = row_ptr<const T>(k, t * cache.num_kv_heads + h)[d];
+    const T v_value = row_ptr<const T>(v, t * cache.num_kv_heads + h)[d];
+    if constexpr (kIsFp8Cache<C>) {
+      k_cache[dst] = store_kv<C>(to_f32(k_value), format.k_scale);
+      v_cache[dst] = store_kv<C>(to_f32(v_value), format.v_scale);
+    } else {
+      k_cache[dst] = k_value;  // a float cache of the rows' dtype: copied as is
+      v_cache[dst] = v_value;
+    }
   }
 }
 
@@ -107,7 +116,10 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, int64_t head_d
         *reinterpret_cast<uint2*>(tmp) = *reinterpret_cast<const uint2*>(row + first);
       } else if constexpr (kBytes == 4) {
         *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(row + first);
+      } else if constexpr (kBytes == 2 && V == 2) {  // two FP8 elements
+        *reinterpret_cast<uint16_t*>(tmp) = *reinterpret_cast<const uint16_t*>(row + first);
       } else {
+        static_assert(V == 1, "load_lane: V elements of this size");
         tmp[0] = row[first];
       }
 #pragma unroll
@@ -120,6 +132,18 @@ __device__ __forceinline__ void load_lane(const T* row, int lane, int64_t head_d
   }
 #pragma unroll
   for (int i = 0; i < V; ++i) out[i] = first + i < head_dim ? to_f32(row[first + i]) : 0.0f;
+}
+
+// load_lane for a K or V cache row of element type C: FP8 elements are multiplied by their scale
+// (float caches read as they are, bit for bit as before).
+template <typename C, int V>
+__device__ __forceinline__ void load_lane_kv(const C* row, int lane, int64_t head_dim, bool vector_ok, float scale,
+                                             float (&out)[V]) {
+  load_lane<C, V>(row, lane, head_dim, vector_ok, out);
+  if constexpr (kIsFp8Cache<C>) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = __fmul_rn(out[i], scale);
+  }
 }
 
 struct RowPlace {
@@ -149,7 +173,7 @@ __device__ RowPlace place_row(const AttentionArgs& a, int64_t row) {
 
 // ----- attention ------------------------------------------------------------------------------
 
-template <typename T, int V>
+template <typename T, typename C, int V>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bool vector_ok, int num_splits,
                                                              bool skip_decode, float* __restrict__ partials) {
   constexpr int kOwn = (32 * V + kThreads - 1) / kThreads;  // head dims folded per thread
@@ -164,8 +188,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
   const int64_t head_dim = a.k_layout.head_dim;
   const int64_t kv_head = head / (a.num_heads / a.k_layout.num_kv_heads);
   const int32_t* table = a.block_tables + place.seq * a.block_table_stride;
-  const T* k_cache = static_cast<const T*>(a.k_cache);
-  const T* v_cache = static_cast<const T*>(a.v_cache);
+  const C* k_cache = static_cast<const C*>(a.k_cache);
+  const C* v_cache = static_cast<const C*>(a.v_cache);
   const int64_t block_size = a.k_layout.block_size;
 
   float q[V];
@@ -208,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
       for (int j = 0; j < kChunk; ++j) {
         if (!((valid_mask >> j) & 1u)) continue;
         float k[V];
-        load_lane<T, V>(k_cache + __shfl_sync(kFullMask, k_off, j), lane, head_dim, vector_ok, k);
+        load_lane_kv<C, V>(k_cache + __shfl_sync(kFullMask, k_off, j), lane, head_dim, vector_ok, a.kv_format.k_scale, k);
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < V; ++i) dot = __fmaf_rn(q[i], k[i], dot);
@@ -229,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
         if (!((valid_mask >> j) & 1u)) continue;
         const float p_j = __shfl_sync(kFullMask, p, j);
         float v[V];
-        load_lane<T, V>(v_cache + __shfl_sync(kFullMask, v_off, j), lane, head_dim, vector_ok, v);
+        load_lane_kv<C, V>(v_cache + __shfl_sync(kFullMask, v_off, j), lane, head_dim, vector_ok, a.kv_format.v_scale, v);
 #pragma unroll
         for (int i = 0; i < V; ++i) acc[i] = __fmaf_rn(p_j, v[i], acc[i]);
       }
@@ -338,7 +362,10 @@ __device__ __forceinline__ void load_group(const T* src, float (&out)[V]) {
     *reinterpret_cast<uint2*>(tmp) = *reinterpret_cast<const uint2*>(src);
   } else if constexpr (kBytes == 4) {
     *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(src);
+  } else if constexpr (kBytes == 2 && V == 2) {  // two FP8 elements
+    *reinterpret_cast<uint16_t*>(tmp) = *reinterpret_cast<const uint16_t*>(src);
   } else {
+    static_assert(V == 1, "load_group: V elements of this size");
     tmp[0] = src[0];
   }
 #pragma unroll
@@ -368,6 +395,10 @@ __device__ __forceinline__ void load_pair(const T* src, float& x, float& y) {
     alignas(4) T tmp[2];
     *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(src);
     x = to_f32(tmp[0]), y = to_f32(tmp[1]);
+  } else if constexpr (sizeof(T) == 1) {  // FP8 (unscaled here; the caller applies the scale)
+    alignas(2) T tmp[2];
+    *reinterpret_cast<uint16_t*>(tmp) = *reinterpret_cast<const uint16_t*>(src);
+    x = to_f32(tmp[0]), y = to_f32(tmp[1]);
   }
 }
 
@@ -396,7 +427,9 @@ constexpr int kChunksPerPartition = static_cast<int>(kAttentionPartition / kChun
 //   0 part_m, 1 part_l, 2 run_m, 3 run_l (the online-softmax states, written by one lane),
 //   4, 5 the scales folding this chunk into the partition; 6, 7 the partition into the row;
 //   8 this chunk has keys; 9 the partition is folded into the row now.
-template <typename T, int V>
+// T: q's type; C: the cache element type (T, or KvFp8: smem rows hold the FP8 bytes, dequantized
+// with the format's scales as they are read, exactly as the general kernel's load_lane_kv).
+template <typename T, typename C, int V>
 __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int group, int row_bytes, int num_splits,
                                                           int unit_chunks, int64_t num_units,
                                                           float* __restrict__ partials) {
@@ -437,7 +470,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
   const int64_t block_size = a.k_layout.block_size;
   const char* k_cache = static_cast<const char*>(a.k_cache);
   const char* v_cache = static_cast<const char*>(a.v_cache);
-  const int pieces = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(T)) / 16);  // 16-byte pieces per row
+  const int pieces = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(C)) / 16);  // 16-byte pieces per row
   auto issue = [&](int64_t chunk, int stage) {
     unsigned char* k_dst = smem + stage * stage_bytes;
     unsigned char* v_dst = k_dst + kChunk * row_bytes;
@@ -448,8 +481,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
       const int64_t block = table[key / block_size], in_block = key % block_size;
       const int64_t k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot + kv_head * a.k_layout.stride_head;
       const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot + kv_head * a.v_layout.stride_head;
-      cp_async16(k_dst + j * row_bytes + piece * 16, k_cache + k_off * static_cast<int64_t>(sizeof(T)) + piece * 16);
-      cp_async16(v_dst + j * row_bytes + piece * 16, v_cache + v_off * static_cast<int64_t>(sizeof(T)) + piece * 16);
+      cp_async16(k_dst + j * row_bytes + piece * 16, k_cache + k_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
+      cp_async16(v_dst + j * row_bytes + piece * 16, v_cache + v_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
     }
   };
   issue(chunk_begin, 0);
@@ -470,7 +503,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
   float part_acc[kDecodeMaxSlots][2], run_acc[kDecodeMaxSlots][2];
 #pragma unroll
   for (int s = 0; s < kDecodeMaxSlots; ++s) part_acc[s][0] = part_acc[s][1] = run_acc[s][0] = run_acc[s][1] = 0.0f;
-  const int64_t row_elems = row_bytes / static_cast<int>(sizeof(T));
+  const int64_t row_elems = row_bytes / static_cast<int>(sizeof(C));
   const int64_t state_size = head_dim + 2;
   auto state_of = [&](int64_t head, int64_t unit) {
     return partials + ((row * a.num_heads + head) * num_units + unit) * state_size;
@@ -488,13 +521,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
     // Scores: thread (key j, r) holds the groups l = r + 4m of the lane layout (dims [lV, lV + V)).
     {
       const int j = warp * 8 + lane / 4, r = lane % 4;
-      const T* k_row = reinterpret_cast<const T*>(smem + stage * stage_bytes) + j * row_elems;
+      const C* k_row = reinterpret_cast<const C*>(smem + stage * stage_bytes) + j * row_elems;
       float kf[8][V];
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
         const int l = r + 4 * m;
         if (l * V < head_dim) {
-          load_group<T, V>(k_row + l * V, kf[m]);
+          load_group<C, V>(k_row + l * V, kf[m]);
+          if constexpr (kIsFp8Cache<C>) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) kf[m][e] = __fmul_rn(kf[m][e], a.kv_format.k_scale);
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < V; ++e) kf[m][e] = 0.0f;
@@ -572,7 +609,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
 
     // P.V: thread slot = (query head g, dims d, d + 1), a sequential fma chain over the chunk's keys.
     {
-      const T* v_rows = reinterpret_cast<const T*>(smem + stage * stage_bytes + kChunk * row_bytes);
+      const C* v_rows = reinterpret_cast<const C*>(smem + stage * stage_bytes + kChunk * row_bytes);
       const int j_begin = static_cast<int>(max(keys.key_begin - key0, int64_t{0}));
       const int j_end = static_cast<int>(min(keys.key_end - key0, int64_t{kChunk}));
 #pragma unroll
@@ -585,7 +622,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
         float acc0 = 0.0f, acc1 = 0.0f;
         for (int j = j_begin; j < j_end; ++j) {
           float v0, v1;
-          load_pair<T>(v_rows + j * row_elems + d, v0, v1);
+          load_pair<C>(v_rows + j * row_elems + d, v0, v1);
+          if constexpr (kIsFp8Cache<C>) {
+            v0 = __fmul_rn(v0, a.kv_format.v_scale);
+            v1 = __fmul_rn(v1, a.kv_format.v_scale);
+          }
           const float p = pg[j];
           acc0 = __fmaf_rn(p, v0, acc0);
           acc1 = __fmaf_rn(p, v1, acc1);
@@ -668,22 +709,23 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(AttentionArgs a,
   }
 }
 
-template <typename T, int V>
+template <typename T, typename C, int V>
 cudaError_t run_attention(const AttentionArgs& a, const AttentionPlan& plan, float* partials, cudaStream_t stream) {
   const int64_t head_dim = a.k_layout.head_dim;
   if (plan.general) {
     // Wide loads need head_dim % V == 0 and every row start aligned to V elements (up to 16 bytes).
-    const uintptr_t align = (V * sizeof(T)) >= 16 ? 16 : V * sizeof(T);
+    const uintptr_t q_align = (V * sizeof(T)) >= 16 ? 16 : V * sizeof(T);
+    const uintptr_t kv_align = (V * sizeof(C)) >= 16 ? 16 : V * sizeof(C);
     const bool strides_ok = head_dim % V == 0 && a.q_stride_row % V == 0 && a.q_stride_head % V == 0 &&
                             a.k_layout.stride_block % V == 0 && a.k_layout.stride_slot % V == 0 &&
                             a.k_layout.stride_head % V == 0 && a.v_layout.stride_block % V == 0 &&
                             a.v_layout.stride_slot % V == 0 && a.v_layout.stride_head % V == 0;
-    const bool vector_ok = strides_ok && reinterpret_cast<uintptr_t>(a.q) % align == 0 &&
-                           reinterpret_cast<uintptr_t>(a.k_cache) % align == 0 &&
-                           reinterpret_cast<uintptr_t>(a.v_cache) % align == 0;
+    const bool vector_ok = strides_ok && reinterpret_cast<uintptr_t>(a.q) % q_align == 0 &&
+                           reinterpret_cast<uintptr_t>(a.k_cache) % kv_align == 0 &&
+                           reinterpret_cast<uintptr_t>(a.v_cache) % kv_align == 0;
     const int num_splits = static_cast<int>(plan.splits);
     const dim3 grid(static_cast<unsigned>(a.num_tokens * a.num_heads), static_cast<unsigned>(num_splits));
-    attention_kernel<T, V><<<grid, kThreads, 0, stream>>>(a, vector_ok, num_splits, plan.general_skips_decode, partials);
+    attention_kernel<T, C, V><<<grid, kThreads, 0, stream>>>(a, vector_ok, num_splits, plan.general_skips_decode, partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
     if (num_splits > 1) {
@@ -697,14 +739,14 @@ cudaError_t run_attention(const AttentionArgs& a, const AttentionPlan& plan, flo
     const int64_t smem = plan.decode_smem_bytes;
     if (smem > 48 * 1024) {
       static const cudaError_t attribute = cudaFuncSetAttribute(
-          decode_kernel<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
+          decode_kernel<T, C, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
       if (attribute != cudaSuccess) return attribute;
     }
     const int group = static_cast<int>(a.num_heads / a.k_layout.num_kv_heads);
-    const int row_bytes = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(T))) + 16;
+    const int row_bytes = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(C))) + 16;
     const int num_splits = static_cast<int>(plan.decode_splits);
     const dim3 grid(static_cast<unsigned>(a.num_seqs * a.k_layout.num_kv_heads), static_cast<unsigned>(num_splits));
-    decode_kernel<T, V><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(
+    decode_kernel<T, C, V><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(
         a, group, row_bytes, num_splits, static_cast<int>(plan.decode_unit_chunks), plan.decode_units, partials);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess || num_splits <= 1) return status;
@@ -717,16 +759,17 @@ cudaError_t run_attention(const AttentionArgs& a, const AttentionPlan& plan, flo
 
 }  // namespace
 
-cudaError_t launch_write_kv(DType dtype, void* k_cache, void* v_cache, CacheLayout cache, Rows k, Rows v,
-                            const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream) {
+cudaError_t launch_write_kv(DType dtype, KvFormat format, void* k_cache, void* v_cache, CacheLayout cache, Rows k,
+                            Rows v, const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream) {
   const int64_t n = num_tokens * cache.num_kv_heads * cache.head_dim;
   if (n == 0) return cudaSuccess;
   const unsigned max_blocks = 132 * 16;
   const unsigned blocks = blocks_for(n, 256) < max_blocks ? blocks_for(n, 256) : max_blocks;
-  return dispatch_float(dtype, [&](auto t) {
+  return dispatch_kv(dtype, format.cache_dtype, [&](auto t, auto c) {
     using T = decltype(t);
-    write_kv_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(k_cache), static_cast<T*>(v_cache), cache, k, v,
-                                                   slot_mapping, num_tokens);
+    using C = decltype(c);
+    write_kv_kernel<T, C><<<blocks, 256, 0, stream>>>(static_cast<C*>(k_cache), static_cast<C*>(v_cache), cache,
+                                                      format, k, v, slot_mapping, num_tokens);
     return cudaGetLastError();
   });
 }
@@ -743,7 +786,10 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
     const char* env = std::getenv("PAGELLM_CUDA_DECODE_ATTENTION");
     return env == nullptr || std::string_view(env) != "0";
   }();
-  const int64_t elem = dtype == DType::kF32 ? 4 : 2;
+  // Bytes of a cache element (the decode kernel's rows) and of a q element.
+  const DType cache_dtype = a.kv_format.cache_dtype;
+  const int64_t elem = cache_dtype == DType::kF32 ? 4 : cache_dtype == DType::kF8E4M3 ? 1 : 2;
+  const int64_t q_elem = dtype == DType::kF32 ? 4 : 2;
   const int64_t kv_heads = a.k_layout.num_kv_heads;
   const int64_t group = kv_heads > 0 ? a.num_heads / kv_heads : 0;
   const int64_t row_bytes = head_dim * elem + 16;
@@ -753,7 +799,8 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   auto strides_ok = [&](const CacheLayout& c) {
     return (c.stride_block * elem) % 16 == 0 && (c.stride_slot * elem) % 16 == 0 && (c.stride_head * elem) % 16 == 0;
   };
-  const bool decode_ok = enabled && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) && group > 0 && head_dim % 8 == 0 && head_dim <= 256 &&
+  const bool decode_ok = enabled && (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) && group > 0 && head_dim % 8 == 0 &&
+                         (head_dim * elem) % 16 == 0 && head_dim <= 256 &&
                          group * head_dim <= 2 * kThreads * kDecodeMaxSlots && smem <= smem_optin_limit() &&
                          aligned(a.k_cache) && aligned(a.v_cache) && strides_ok(a.k_layout) && strides_ok(a.v_layout) &&
                          max_keys > 0;
@@ -761,10 +808,10 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   const bool mixed = decode_ok && !decode_only && a.num_seqs >= 2;  // decode rows go to the decode kernel
   const char* prefill_env = std::getenv("PAGELLM_CUDA_PREFILL_ATTENTION");
   const int64_t prefill_smem = prefill_attention_smem_bytes(head_dim);
-  plan.prefill = decode_ok && max_seqlen_q >= 2 && dtype == DType::kBF16 &&
+  plan.prefill = decode_ok && max_seqlen_q >= 2 && dtype == DType::kBF16 && cache_dtype == DType::kBF16 &&
                  (prefill_env == nullptr || std::string_view(prefill_env) != "0") && prefill_smem > 0 &&
-                 prefill_smem <= smem_optin_limit() && aligned(a.q) && (a.q_stride_row * elem) % 16 == 0 &&
-                 (a.q_stride_head * elem) % 16 == 0;
+                 prefill_smem <= smem_optin_limit() && aligned(a.q) && (a.q_stride_row * q_elem) % 16 == 0 &&
+                 (a.q_stride_head * q_elem) % 16 == 0;
   plan.general = !decode_only && !plan.prefill;
   plan.general_skips_decode = mixed;
   if (plan.general && plan.splits > 1) plan.partial_floats = row_heads * plan.splits * (head_dim + 2);
@@ -795,7 +842,8 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   return plan;
 }
 
-// The one dispatch point: dtype and dims per lane (head_dim <= 32 * V) become template parameters.
+// The one dispatch point: q's dtype, the cache element type and dims per lane (head_dim <= 32 * V)
+// become template parameters.
 cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream) {
   if (args.num_tokens * args.num_heads == 0) return cudaSuccess;
@@ -804,12 +852,13 @@ cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const Atten
     const cudaError_t status = launch_prefill_attention(dtype, args, stream);
     if (status != cudaSuccess) return status;
   }
-  return dispatch_float(dtype, [&](auto t) {
+  return dispatch_kv(dtype, args.kv_format.cache_dtype, [&](auto t, auto c) {
     using T = decltype(t);
-    if (head_dim <= 32) return run_attention<T, 1>(args, plan, partials, stream);
-    if (head_dim <= 64) return run_attention<T, 2>(args, plan, partials, stream);
-    if (head_dim <= 128) return run_attention<T, 4>(args, plan, partials, stream);
-    if (head_dim <= 256) return run_attention<T, 8>(args, plan, partials, stream);
+    using C = decltype(c);
+    if (head_dim <= 32) return run_attention<T, C, 1>(args, plan, partials, stream);
+    if (head_dim <= 64) return run_attention<T, C, 2>(args, plan, partials, stream);
+    if (head_dim <= 128) return run_attention<T, C, 4>(args, plan, partials, stream);
+    if (head_dim <= 256) return run_attention<T, C, 8>(args, plan, partials, stream);
     return cudaErrorInvalidValue;
   });
 }

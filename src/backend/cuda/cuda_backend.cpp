@@ -66,6 +66,24 @@ void check_index_vector(const TensorView& v, DType dtype, int64_t numel, const c
             dtype_name(dtype), v.shape.to_string(), dtype_name(v.dtype));
 }
 
+// The caches' element type and scales: the rows' dtype `dtype` (scales unused), or f8_e4m3 (the FP8 KV
+// cache, scales > 0). Both caches must agree.
+cuda::KvFormat kv_format(const TensorView& k_cache, const TensorView& v_cache, DType dtype, const KvScales& scales,
+                         const char* op) {
+  CHECK_MSG(k_cache.dtype == v_cache.dtype && (k_cache.dtype == dtype || k_cache.dtype == DType::kF8E4M3),
+            "[cuda] {}: caches {} / {} for rows of {} (the rows' dtype or f8_e4m3)", op, dtype_name(k_cache.dtype),
+            dtype_name(v_cache.dtype), dtype_name(dtype));
+  cuda::KvFormat format;
+  format.cache_dtype = k_cache.dtype;
+  if (format.cache_dtype == DType::kF8E4M3) {
+    CHECK_MSG(scales.k_scale > 0 && scales.v_scale > 0, "[cuda] {}: FP8 cache scales must be > 0, got k {} v {}", op,
+              scales.k_scale, scales.v_scale);
+    format.k_scale = scales.k_scale;
+    format.v_scale = scales.v_scale;
+  }
+  return format;
+}
+
 cuda::CacheLayout cache_layout(const TensorView& cache, const char* op, const char* name) {
   CHECK_MSG(cache.device == Device::kCuda && cache.ndim() == 4 && cache.strides[3] == 1,
             "[cuda] {}: {} must be [num_blocks, block_size, num_kv_heads, head_dim] on the GPU, got {}", op, name,
@@ -142,7 +160,7 @@ class CudaBackend final : public Backend {
   void add_logit_bias(TensorView logits, const TensorView& entries) override;
   void embedding(TensorView out, const TensorView& table, const TensorView& ids) override;
   void write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
-                const TensorView& slot_mapping) override;
+                const TensorView& slot_mapping, const KvScales& scales = {}) override;
   void attention(TensorView out, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                  const AttentionParams& params) override;
   void argmax(TensorView ids, const TensorView& logits) override;
@@ -157,7 +175,7 @@ class CudaBackend final : public Backend {
   void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
                              const TensorView& k_norm, float eps, NormWeight mode, const TensorView& positions,
                              const TensorView& inv_freq, float attention_scaling, TensorView k_cache,
-                             TensorView v_cache, const TensorView& slot_mapping) override;
+                             TensorView v_cache, const TensorView& slot_mapping, const KvScales& scales = {}) override;
   // Hybrid models (gdn.cu).
   void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,
                   const GdnParams& params) override;
@@ -545,7 +563,7 @@ void CudaBackend::embedding(TensorView out, const TensorView& table, const Tenso
 }
 
 void CudaBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorView& k, const TensorView& v,
-                           const TensorView& slot_mapping) {
+                           const TensorView& slot_mapping, const KvScales& scales) {
   const cuda::CacheLayout layout = cache_layout(k_cache, "write_kv", "k_cache");
   const cuda::CacheLayout v_layout = cache_layout(v_cache, "write_kv", "v_cache");
   CHECK_MSG(k_cache.shape == v_cache.shape && k.shape == v.shape && k.ndim() == 3 &&
@@ -555,13 +573,12 @@ void CudaBackend::write_kv(TensorView k_cache, TensorView v_cache, const TensorV
             k.shape.to_string(), v.shape.to_string());
   CHECK_MSG(k.size(1) == layout.num_kv_heads && k.size(2) == layout.head_dim, "[cuda] write_kv: rows {} do not fit cache {}",
             k.shape.to_string(), k_cache.shape.to_string());
-  check_dtype(v_cache, k_cache.dtype, "write_kv", "v_cache");
-  check_dtype(k, k_cache.dtype, "write_kv", "k");
-  check_dtype(v, k_cache.dtype, "write_kv", "v");
-  CHECK_MSG(is_float(k_cache.dtype), "[cuda] write_kv: cache dtype {}", dtype_name(k_cache.dtype));
+  check_dtype(v, k.dtype, "write_kv", "v");
+  CHECK_MSG(is_float(k.dtype), "[cuda] write_kv: rows dtype {}", dtype_name(k.dtype));
+  const cuda::KvFormat format = kv_format(k_cache, v_cache, k.dtype, scales, "write_kv");
   const int64_t num_tokens = k.size(0);
   check_index_vector(slot_mapping, DType::kI64, num_tokens, "write_kv", "slot_mapping");
-  CUDA_CHECK(cuda::launch_write_kv(k_cache.dtype, k_cache.data, v_cache.data, layout, rows_of(k, "write_kv", "k"),
+  CUDA_CHECK(cuda::launch_write_kv(k.dtype, format, k_cache.data, v_cache.data, layout, rows_of(k, "write_kv", "k"),
                                    rows_of(v, "write_kv", "v"), slot_mapping.ptr<int64_t>(), num_tokens, stream()));
 }
 
@@ -577,8 +594,7 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   a.v_layout = cache_layout(v_cache, op, "v_cache");
   CHECK_MSG(k_cache.shape == v_cache.shape, "[cuda] attention: k_cache {} != v_cache {}", k_cache.shape.to_string(),
             v_cache.shape.to_string());
-  check_dtype(k_cache, q.dtype, op, "k_cache");
-  check_dtype(v_cache, q.dtype, op, "v_cache");
+  a.kv_format = kv_format(k_cache, v_cache, q.dtype, params.kv_scales, op);
   CHECK_MSG(is_float(q.dtype) && is_float(out.dtype), "[cuda] attention: q {} out {}", dtype_name(q.dtype),
             dtype_name(out.dtype));
   const int64_t head_dim = q.size(2);
@@ -767,7 +783,7 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
                                         const TensorView& k_norm, float eps, NormWeight mode,
                                         const TensorView& positions, const TensorView& inv_freq,
                                         float attention_scaling, TensorView k_cache, TensorView v_cache,
-                                        const TensorView& slot_mapping) {
+                                        const TensorView& slot_mapping, const KvScales& scales) {
   const char* op = "qk_norm_rope_write_kv";
   CHECK_MSG(q.ndim() == 3 && k.ndim() == 3 && k.shape == v.shape && q.size(0) == k.size(0) && q.size(2) == k.size(2),
             "[cuda] {}: q {} k {} v {} must be [T, heads, head_dim]", op, q.shape.to_string(), k.shape.to_string(),
@@ -782,8 +798,9 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
   a.head_dim = q.size(2);
   CHECK_MSG(a.head_dim <= cuda::kMaxPrologueHeadDim, "[cuda] {}: head_dim {} > {}", op, a.head_dim,
             cuda::kMaxPrologueHeadDim);
-  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v, &k_cache, &v_cache})
+  for (const TensorView* t : std::initializer_list<const TensorView*>{&k, &v})
     check_dtype(*t, q.dtype, op, "operand");
+  a.kv_format = kv_format(k_cache, v_cache, q.dtype, scales, op);
   if (q_norm.data != nullptr) {  // else a model without q/k norms
     check_dtype(q_norm, q.dtype, op, "q_norm");
     check_dtype(k_norm, q.dtype, op, "k_norm");

@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -84,7 +85,8 @@ __global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const 
 // write_kv_kernel). Every intermediate is rounded where the unfused ops store it. (One warp per row
 // with its own cosf/sinf spent ~5x the bandwidth time of a prefill step on the trig; one block per
 // token left 8 warps to walk 24 heads at batch 1, hence head groups when there are few tokens.)
-template <typename T>
+// T: q, k, v's type; C: the cache element type (T, or KvFp8 storing e4m3(x / scale) as write_kv_kernel).
+template <typename T, typename C>
 __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
   __shared__ float normed[kWarpsPerBlock][kMaxPrologueHeadDim];
   __shared__ float cos_s[kMaxPrologueHeadDim / 2], sin_s[kMaxPrologueHeadDim / 2];
@@ -140,8 +142,13 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
                             (slot % a.cache.block_size) * a.cache.stride_slot + kv_head * a.cache.stride_head;
         const T* v_row = row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
         for (int64_t i = lane; i < d; i += 32) {
-          static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
-          static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
+          if constexpr (kIsFp8Cache<C>) {  // s[i] is the k value as stored in x (rounded to T above)
+            static_cast<C*>(a.k_cache)[dst + i] = store_kv<C>(s[i], a.kv_format.k_scale);
+            static_cast<C*>(a.v_cache)[dst + i] = store_kv<C>(to_f32(v_row[i]), a.kv_format.v_scale);
+          } else {
+            static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
+            static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
+          }
         }
       }
     }
@@ -461,12 +468,12 @@ cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args
   const int64_t rows = args.num_tokens * (args.num_q_heads + args.num_kv_heads);
   if (rows == 0) return cudaSuccess;
   if (args.head_dim > kMaxPrologueHeadDim || 2 * args.half > args.head_dim) return cudaErrorInvalidValue;
-  return dispatch_float(dtype, [&](auto t) {
+  return dispatch_kv(dtype, args.kv_format.cache_dtype, [&](auto t, auto c) {
     // Few tokens (decode): spread a token's heads over blocks so every head has its own warp.
     const int64_t heads = args.num_q_heads + args.num_kv_heads;
     const int64_t head_groups = args.num_tokens < kFewPrologueTokens ? (heads + kWarpsPerBlock - 1) / kWarpsPerBlock : 1;
     const dim3 grid(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(head_groups));
-    qk_norm_rope_write_kv_kernel<decltype(t)><<<grid, kThreads, 0, stream>>>(args);
+    qk_norm_rope_write_kv_kernel<decltype(t), decltype(c)><<<grid, kThreads, 0, stream>>>(args);
     return cudaGetLastError();
   });
 }

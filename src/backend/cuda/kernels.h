@@ -71,9 +71,16 @@ struct CacheLayout {
   int64_t stride_block = 0, stride_slot = 0, stride_head = 0;
 };
 
-// k, v: [T, num_kv_heads, head_dim] rows views; slot_mapping [T] i64 (-1 = skip).
-cudaError_t launch_write_kv(DType dtype, void* k_cache, void* v_cache, CacheLayout cache, Rows k, Rows v,
-                            const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream);
+// The element type of a paged cache and its dequant multipliers: cache_dtype is the rows' dtype, or
+// f8_e4m3 (the FP8 KV cache: stored = e4m3(x / scale), read = float(stored) * scale; backend.h KvScales).
+struct KvFormat {
+  DType cache_dtype = DType::kF32;
+  float k_scale = 1.0f, v_scale = 1.0f;  // used by f8_e4m3 caches only
+};
+
+// k, v: [T, num_kv_heads, head_dim] rows views of `dtype`; slot_mapping [T] i64 (-1 = skip).
+cudaError_t launch_write_kv(DType dtype, KvFormat format, void* k_cache, void* v_cache, CacheLayout cache, Rows k,
+                            Rows v, const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream);
 
 // The fused attention prologue (backend.h qk_norm_rope_write_kv): one warp per (token, head) row of
 // q ([T * num_q_heads] rows) and k ([T * num_kv_heads] rows), head_dim <= kMaxPrologueHeadDim.
@@ -92,6 +99,7 @@ struct QkPrologueArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   CacheLayout cache;
+  KvFormat kv_format;  // the caches' dtype (q's, or f8_e4m3) and scales
   const int64_t* slot_mapping = nullptr;  // [T], -1 = skip
 };
 cudaError_t launch_qk_norm_rope_write_kv(DType dtype, const QkPrologueArgs& args, cudaStream_t stream);
@@ -105,6 +113,7 @@ struct AttentionArgs {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   CacheLayout k_layout, v_layout;
+  KvFormat kv_format;  // the caches' dtype (q's, or f8_e4m3: the decode and general kernels read it)
   const int32_t* cu_seqlens_q = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens_k = nullptr;    // [num_seqs]
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
@@ -128,7 +137,7 @@ inline constexpr int64_t kAttentionPartition = 128;
 //    query head of the kv head's GQA group from one read of each K/V chunk; with decode_splits > 1 each
 //    block covers a range of units (decode_unit_chunks chunks of 32 keys) and writes one state per unit,
 //    folded in order by a merge kernel;
-//  - the prefill kernel (sequences with q_len >= 2, bf16, when the max_seqlen_q hint is >= 2):
+//  - the prefill kernel (sequences with q_len >= 2, bf16 q and caches, when the max_seqlen_q hint is >= 2):
 //    block (64-row tile, query head) on tensor cores; it replaces the general kernel, and the decode
 //    kernel takes the batch's q_len == 1 sequences.
 // The general and decode kernels fold the same 32-key chunk states in the same order with the same

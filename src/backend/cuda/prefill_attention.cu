@@ -358,7 +358,7 @@ int64_t prefill_attention_smem_bytes(int64_t head_dim) {
 
 cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0 || args.num_seqs == 0) return cudaSuccess;
-  if (dtype != DType::kBF16) return cudaErrorInvalidValue;
+  if (dtype != DType::kBF16 || args.kv_format.cache_dtype != DType::kBF16) return cudaErrorInvalidValue;
   return dispatch_head_dim<__nv_bfloat16>(args, stream);
 }
 

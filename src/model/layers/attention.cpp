@@ -1,10 +1,31 @@
 #include "model/layers/attention.h"
 
+#include <cmath>
+
 namespace pagellm::layers {
 
 namespace {
 enum Buffer : size_t { kQkv, kAttnOut };
+
+// One scale tensor (scalar or [1]); 1.0 when the checkpoint has none.
+Expected<float> load_kv_scale(WeightLoader& loader, const std::string& name) {
+  if (!loader.has(name)) return 1.0f;
+  Expected<std::vector<float>> values = loader.load_host_f32(name, {});
+  if (!values.has_value()) values = loader.load_host_f32(name, {1});
+  if (!values.has_value()) return values.status();
+  const float scale = values.value().at(0);
+  if (!(scale > 0) || !std::isfinite(scale))
+    return invalid_argument("[checkpoint] tensor '{}' = {} is not a KV cache scale (finite, > 0)", name, scale);
+  return scale;
+}
 }  // namespace
+
+Expected<KvScales> load_kv_scales(WeightLoader& loader, const std::string& prefix) {
+  KvScales scales;
+  PAGELLM_ASSIGN_OR_RETURN(scales.k_scale, load_kv_scale(loader, prefix + "k_scale"));
+  PAGELLM_ASSIGN_OR_RETURN(scales.v_scale, load_kv_scale(loader, prefix + "v_scale"));
+  return scales;
+}
 
 Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
                                           const AttentionLoadOptions& options) {
@@ -15,6 +36,7 @@ Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::strin
                                                {prefix + "v_proj", kv_rows}},
                                               shape.hidden, options.qkv_bias));
   PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias));
+  PAGELLM_ASSIGN_OR_RETURN(w.kv_scales, load_kv_scales(loader, prefix));
   if (options.qk_norm) {
     PAGELLM_ASSIGN_OR_RETURN(w.q_norm, load_rms_norm(loader, prefix + "q_norm.weight", hd, options.qk_norm_mode,
                                                      options.eps));
@@ -57,9 +79,10 @@ void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, con
   backend_.qk_norm_rope_write_kv(q, k, v, has_qk_norm ? w.q_norm.weight.view() : TensorView(),
                                  has_qk_norm ? w.k_norm.weight.view() : TensorView(), w.q_norm.eps, w.q_norm.mode,
                                  batch.positions, w.rotary->inv_freq, w.rotary->attention_scaling, cache.k, cache.v,
-                                 batch.slot_mapping_of(cache.group));
-  backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v,
-                     attention_params(batch, w.options, cache.group));
+                                 batch.slot_mapping_of(cache.group), w.kv_scales);
+  AttentionParams params = attention_params(batch, w.options, cache.group);
+  params.kv_scales = w.kv_scales;
+  backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, params);
   w.o.forward(backend_, out, attn);
 }
 

@@ -32,6 +32,7 @@ struct AttentionWeights {
   Linear o;                // [H, nH hd]
   const Rotary* rotary = nullptr;  // owned by the model (shared by the layers of one type)
   AttentionOptions options;
+  KvScales kv_scales;  // the FP8 KV cache's k/v scales of this layer (read only when the cache is fp8)
 };
 
 // How a family names and shapes its attention tensors under `prefix` ("model.layers.3.self_attn.").
@@ -41,6 +42,11 @@ struct AttentionLoadOptions {
   NormWeight qk_norm_mode = NormWeight::kPlain;
   float eps = 1e-6f;
 };
+
+// The layer's FP8 KV cache scales: `prefix`k_scale and `prefix`v_scale when the checkpoint has them
+// (scalar or [1], f32/bf16, as llm-compressor and vLLM FP8 checkpoints carry), else 1.0. A scale that
+// is not finite and > 0 is an error.
+Expected<KvScales> load_kv_scales(WeightLoader& loader, const std::string& prefix);
 
 Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
                                           const AttentionLoadOptions& options);

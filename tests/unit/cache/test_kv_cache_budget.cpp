@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "cache/kv_cache_budget.h"
+#include "core/dtype.h"
 
 namespace pagellm {
 namespace {
@@ -13,6 +14,19 @@ TEST(KvCacheBudget, BytesPerBlockUseTheRealDtypeSize) {
   KvBlockShape f32 = bf16;
   f32.dtype_size_bytes = 4;
   EXPECT_EQ(kv_bytes_per_block(f32), 2 * kv_bytes_per_block(bf16));
+}
+
+// --kv-cache-dtype fp8: a block costs exactly half the bytes of a bf16 one, so a budget buys twice the
+// blocks (what the start-up line reports).
+TEST(KvCacheBudget, Fp8CacheHalvesBytesPerBlockAndDoublesBlocks) {
+  const KvBlockShape bf16{.num_attention_layers = 28, .block_size = 16, .num_kv_heads = 8, .head_dim = 128,
+                          .dtype_size_bytes = static_cast<int>(dtype_size_bytes(DType::kBF16))};
+  KvBlockShape fp8 = bf16;
+  fp8.dtype_size_bytes = static_cast<int>(dtype_size_bytes(DType::kF8E4M3));
+  EXPECT_EQ(2 * kv_bytes_per_block(fp8), kv_bytes_per_block(bf16));
+  const int64_t budget = int64_t{3} << 30;
+  EXPECT_EQ(num_kv_blocks_for_budget(budget, kv_bytes_per_block(fp8)),
+            2 * num_kv_blocks_for_budget(budget, kv_bytes_per_block(bf16)));
 }
 
 TEST(KvCacheBudget, BlocksForBudgetAndConcurrency) {
