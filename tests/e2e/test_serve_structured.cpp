@@ -164,8 +164,11 @@ void expect_prompt_logprobs(const json& list, const std::vector<int>& prompt, si
     EXPECT_LE(entry[key]["logprob"].get<double>(), 0.0);
     EXPECT_GE(entry[key]["rank"].get<int>(), 1);
     EXPECT_TRUE(entry[key]["decoded_token"].is_string());
-    for (const auto& [id, value] : entry.items())  // the most likely token is at least as likely
-      if (value["rank"] == 1) EXPECT_GE(value["logprob"].get<double>(), entry[key]["logprob"].get<double>()) << entry;
+    for (const auto& [id, value] : entry.items()) {  // the most likely token is at least as likely
+      if (value["rank"] == 1) {
+        EXPECT_GE(value["logprob"].get<double>(), entry[key]["logprob"].get<double>()) << entry;
+      }
+    }
   }
 }
 

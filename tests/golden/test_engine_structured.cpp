@@ -52,12 +52,13 @@ TEST_P(StructuredEngine, TheGrammarStartsAfterTheReasoningEndMarker) {
   std::vector<GenerateRequest> constrained;
   std::vector<size_t> marker_at;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    // The marker: the first free token that did not come before (so it ends the reasoning there).
+    // The marker: the first free token after the first that did not come before (so the reasoning
+    // ends there), or the first token when the free run repeats one token.
     const std::vector<TokenId>& out = free[i].token_ids;
     ASSERT_EQ(out.size(), static_cast<size_t>(kFreeTokens));
     size_t at = 1;
     while (at < out.size() && std::find(out.begin(), out.begin() + static_cast<long>(at), out[at]) != out.begin() + static_cast<long>(at)) ++at;
-    ASSERT_LT(at, out.size() - 1) << "free run " << i << " repeats one token";
+    if (at == out.size()) at = 0;
     marker_at.push_back(at);
     GenerateRequest r = greedy_request(prompts[i], static_cast<int>(at) + 1 + 3);
     r.grammar = three_digits();
