@@ -50,6 +50,27 @@ struct Engine::Live {
   int num_output_tokens = 0;
   bool include_stop_string = false;  // also the text of a stop token (EOS, stop_token_ids)
   std::unique_ptr<structured::GrammarMatcher> matcher;  // structured outputs, else null
+  // The reasoning's end marker the grammar waits for (GenerateRequest::grammar_starts_after), and
+  // the last output tokens, as many as it has; both cleared once the marker was seen.
+  std::vector<TokenId> grammar_starts_after, recent_tokens;
+  // prompt_logprobs as the steps computed them ([num_prompt_tokens - 1]: prompt tokens 1 ..), sent
+  // with the first output.
+  std::vector<PromptTokenLogprobs> prompt_logprobs;
+
+  // The matcher constrains this request's next token (it exists, the reasoning is over, and it has
+  // not accepted its stop token yet).
+  bool grammar_applies() const {
+    return matcher && grammar_starts_after.empty() && !matcher->is_terminated();
+  }
+  // An output token while the grammar waits: true when it completes the reasoning's end marker.
+  bool ends_reasoning(TokenId token) {
+    recent_tokens.push_back(token);
+    if (recent_tokens.size() > grammar_starts_after.size()) recent_tokens.erase(recent_tokens.begin());
+    if (recent_tokens != grammar_starts_after) return false;
+    grammar_starts_after.clear();
+    recent_tokens.clear();
+    return true;
+  }
 };
 
 Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
@@ -182,7 +203,12 @@ Expected<Engine::Validated> Engine::validate(GenerateRequest request) const {
   live->submitted = Clock::now();
   live->num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
   live->include_stop_string = request.include_stop_string;
-  if (request.grammar) live->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar);
+  if (request.sampling.num_prompt_logprobs)
+    live->prompt_logprobs.resize(request.prompt_token_ids.size() - 1);
+  if (request.grammar) {
+    live->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar);
+    live->grammar_starts_after = std::move(request.grammar_starts_after);
+  }
   if (tokenizer_) live->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_, request.skip_special_tokens);
   if (!request.stop_strings.empty()) {
     if (!tokenizer_) return invalid_argument("[engine] stop strings need a tokenizer; this model has none");
@@ -336,8 +362,9 @@ void Engine::attach_token_masks(StepPlan& plan) {
   for (ScheduledRequest& row : plan.rows) {
     if (!row.is_sampling) continue;
     const auto it = live_.find(row.request_id);
-    // A finished grammar (its stop token accepted, ignore_eos set) constrains nothing more.
-    if (it == live_.end() || !it->second->matcher || it->second->matcher->is_terminated()) continue;
+    // A finished grammar (its stop token accepted, ignore_eos set) constrains nothing more, and one
+    // that waits for the reasoning's end nothing yet.
+    if (it == live_.end() || !it->second->grammar_applies()) continue;
     constrained.emplace_back(&row, it->second->matcher.get());
   }
   // Each request's matcher is its own (their compiled grammars' caches are thread-safe): the masks
@@ -375,6 +402,7 @@ void Engine::finish_oldest_step() {
   LaunchedStep oldest = std::move(launched_.front());
   launched_.pop_front();
   StepResult result = runner_->finish(oldest.plan);
+  keep_prompt_logprobs(result);
   std::vector<RequestUpdate> updates = scheduler_->commit(oldest.plan, result);
   // A step's time: from its launch, or from the previous step's end when it queued behind it.
   const auto now = Clock::now();
@@ -393,6 +421,19 @@ void Engine::finish_oldest_step() {
   publish(updates);
 }
 
+void Engine::keep_prompt_logprobs(const StepResult& result) {
+  for (const PromptLogprobs& rows : result.prompt_logprobs) {
+    const auto it = live_.find(rows.request_id);
+    if (it == live_.end()) continue;
+    std::vector<PromptTokenLogprobs>& kept = it->second->prompt_logprobs;
+    // A position computed again after a preemption gives the same numbers: the later copy stays.
+    for (size_t i = 0; i < rows.tokens.size(); ++i) {
+      const size_t at = static_cast<size_t>(rows.first_prompt_index) - 1 + i;
+      if (at < kept.size()) kept[at] = rows.tokens[i];
+    }
+  }
+}
+
 void Engine::publish(const std::vector<RequestUpdate>& updates) {
   const auto now = Clock::now();
   for (const RequestUpdate& update : updates) {
@@ -408,12 +449,16 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
       const TokenId token = *update.new_token_id;
       // The mask allowed only what the grammar accepts; a refusal means the mask and the matcher
       // disagree, which ends the request rather than emit text that breaks the format.
-      if (live.matcher && !live.matcher->is_terminated() && !live.matcher->accept_token(token) && !finish) {
+      // While the model reasons the grammar waits; the end marker's tokens are no part of the answer.
+      if (live.matcher && !live.grammar_starts_after.empty()) {
+        (void)live.ends_reasoning(token);
+      } else if (live.grammar_applies() && !live.matcher->accept_token(token) && !finish) {
         (void)scheduler_->finish_early(update.request_id, FinishReason::kAbort);
         finish = FinishReason::kAbort;
       }
       out.token_ids.push_back(token);
       if (update.logprobs) out.logprobs.push_back(*update.logprobs);
+      if (!live.has_first_token) out.prompt_logprobs = std::move(live.prompt_logprobs);
       metrics_.update([&](EngineMetrics& m) {
         ++m.generation_tokens;
         if (!live.has_first_token) {

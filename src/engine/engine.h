@@ -43,6 +43,11 @@ struct GenerateRequest {
   // it); each step masks the tokens that would leave it. Requests with one run without planning
   // ahead (their mask needs the token the running step samples).
   std::shared_ptr<const structured::CompiledGrammar> grammar;
+  // Reasoning first (vLLM's structured outputs with a reasoning parser): the grammar applies only
+  // after the output holds this token sequence (the end of the reasoning, e.g. </think>), from the
+  // token after it; the reasoning before it is free. Empty: from the first token (no reasoning
+  // parser, or the prompt already ended the reasoning).
+  std::vector<TokenId> grammar_starts_after;
 };
 
 class Engine {
@@ -91,6 +96,8 @@ class Engine {
   void step();
   void finish_oldest_step();  // waits for the oldest launched step, commits and publishes it
   void publish(const std::vector<RequestUpdate>& updates);
+  // Stores a step's prompt_logprobs with their requests until their first output goes out.
+  void keep_prompt_logprobs(const StepResult& result);
   void end_request(RequestId id, FinishReason reason, Status error);
   // Gives each sampling row of a constrained request the mask of its grammar's next tokens.
   void attach_token_masks(StepPlan& plan);

@@ -27,6 +27,7 @@ std::vector<CompletedRequest> LLM::generate(std::vector<GenerateRequest> request
       result.token_ids.insert(result.token_ids.end(), out->token_ids.begin(), out->token_ids.end());
       result.text += out->text;
       for (auto& lp : out->logprobs) result.logprobs.push_back(std::move(lp));
+      if (!out->prompt_logprobs.empty()) result.prompt_logprobs = std::move(out->prompt_logprobs);
       result.num_cached_tokens = out->num_cached_tokens;
       if (!out->error.is_ok()) result.error = out->error;
       if (out->finish_reason) result.finish_reason = *out->finish_reason;

@@ -15,6 +15,7 @@ struct CompletedRequest {
   std::vector<TokenId> token_ids;
   std::string text;  // empty without a tokenizer
   std::vector<SampledLogprobs> logprobs;
+  std::vector<PromptTokenLogprobs> prompt_logprobs;  // prompt tokens 1 .. when asked (prompt_logprobs)
   FinishReason finish_reason = FinishReason::kAbort;
   int num_cached_tokens = 0;
   Status error;

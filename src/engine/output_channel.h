@@ -20,6 +20,9 @@ struct RequestOutput {
   std::vector<TokenId> token_ids;          // new tokens
   std::string text;                        // new text (empty without a tokenizer)
   std::vector<SampledLogprobs> logprobs;   // one per new token, when asked
+  // prompt_logprobs, in the request's first output (with its first token): entry i is prompt token
+  // i + 1 given the tokens before it (prompt token 0 has none). Empty otherwise.
+  std::vector<PromptTokenLogprobs> prompt_logprobs;
   std::optional<FinishReason> finish_reason;  // set on the last output
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;               // total so far

@@ -65,13 +65,16 @@ bool graphs_allowed_by_env() {
 // buffer hold the same layout, so one copy moves them all; layout of each part in sched/step.h):
 //
 //   | token_ids i32 [T] | positions i32 [T] | slot_mapping i64 [G, T] | cu_seqlens_q i32 [B + 1] |
-//   | seq_lens_k i32 [B] | logits_rows i32 [R] | block_tables i32 [G, B, W] | state_slots i32 [B] |
+//   | seq_lens_k i32 [B] | logits_rows i32 [R + X] | block_tables i32 [G, B, W] | state_slots i32 [B] |
 //   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
 //   | penalty_rows [P] sampling::PenaltyRow (32 B) | penalty_params [P] RowParams |
 //   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] | placeholder pairs i32 [Q, 2] |
 //   | bias entries i32 [K, 3] (penalised row, token, f32 bits) | mask rows i32 [M] | masks i32 [M, V/32] |
 //
 // G = KV cache groups (cache/kv_cache_groups.h; 1 unless the model has sliding-window layers).
+// X logits rows after the R sampling rows are prompt positions of prompt_logprobs requests (never in
+// a decode graph's step): the forward computes them with the rest, their rows are copied back whole
+// and their logprobs, top entries and ranks are read on the host (read_back).
 // P rows have penalties, a logit_bias or a token mask (history: the prompt + output ids of those with
 // penalties back to back, H in all; K bias entries; M masks of V/32 words), L rows want
 // logprobs, Q placeholders (a decode's input token, or the last history id of a penalised row) are
@@ -84,15 +87,15 @@ bool graphs_allowed_by_env() {
 // draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
 struct ModelRunner::StepLayout {
   int64_t num_groups, num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
-      num_placeholders, num_bias_entries = 0, num_masks = 0, mask_words = 0;
+      num_placeholders, num_prompt_rows, num_bias_entries = 0, num_masks = 0, mask_words = 0;
   size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, state_slots,
       sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, bias_entries = 0, mask_rows = 0,
       masks = 0, total_bytes;
 
   StepLayout(int64_t g, int64_t t, int64_t b, int64_t r, int64_t w, int64_t p = 0, int64_t l = 0, int64_t h = 0,
-             int64_t q = 0)
+             int64_t q = 0, int64_t x = 0)
       : num_groups(g), num_tokens(t), num_seqs(b), num_logits_rows(r), table_width(w), num_penalised(p), num_logprob_rows(l),
-        num_history_ids(h), num_placeholders(q) {
+        num_history_ids(h), num_placeholders(q), num_prompt_rows(x) {
     size_t at = 0;
     auto take = [&](int64_t bytes) {
       const size_t offset = at;
@@ -104,7 +107,7 @@ struct ModelRunner::StepLayout {
     slot_mapping = take(8 * g * t);
     cu_seqlens_q = take(4 * (b + 1));
     seq_lens_k = take(4 * b);
-    logits_rows = take(4 * r);
+    logits_rows = take(4 * (r + x));
     block_tables = take(4 * g * b * w);
     state_slots = take(4 * b);
     sample_params = take(static_cast<int64_t>(sizeof(sampling::RowParams)) * r);
@@ -126,6 +129,7 @@ struct ModelRunner::StepLayout {
     total_bytes = align16(masks + static_cast<size_t>(4 * m * words));
   }
   int64_t num_ids() const { return num_logits_rows + num_penalised; }
+  int64_t num_forward_rows() const { return num_logits_rows + num_prompt_rows; }  // logits the forward computes
 };
 
 // The host side of one launched step: its inputs as packed, and where its outputs land.
@@ -133,6 +137,7 @@ struct ModelRunner::StepSlot {
   Tensor staging_host;  // [bytes] u8, page-locked on a GPU
   Tensor ids_host;      // [ids] i32: the step's sampled ids, copied back
   Tensor logprob_ids_host, logprob_values_host;  // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
+  Tensor prompt_logits_host;  // [X, vocab] activation dtype: the prompt_logprobs rows, copied back
   std::optional<StepLayout> layout;
   uint64_t step_index = 0;
   uint64_t done_mark = 0;  // Backend::mark() after the step's last queued op
@@ -188,7 +193,7 @@ void ModelRunner::reserve(const StepLayout& layout, StepSlot& slot) {
     staging_ = backend_.alloc({capacity_bytes}, DType::kU8);
     grew = true;
   }
-  const int64_t rows = std::max<int64_t>(layout.num_logits_rows, 1);
+  const int64_t rows = std::max<int64_t>(layout.num_forward_rows(), 1);
   if (!logits_.defined() || logits_.size(0) < rows) {
     const int64_t capacity = std::max<int64_t>({rows, logits_.defined() ? 2 * logits_.size(0) : 0, 16});
     logits_ = backend_.alloc({capacity, model_.config().vocab_size}, model_.activation_dtype());
@@ -213,6 +218,9 @@ void ModelRunner::reserve(const StepLayout& layout, StepSlot& slot) {
     logprob_ids_ = backend_.alloc({capacity, kLogprobColumns}, DType::kI32);
     logprob_values_ = backend_.alloc({capacity, kLogprobColumns}, DType::kF32);
   }
+  const int64_t prompt_rows = layout.num_prompt_rows;
+  if (prompt_rows > 0 && (!slot.prompt_logits_host.defined() || slot.prompt_logits_host.size(0) < prompt_rows))
+    slot.prompt_logits_host = backend_.alloc_host({prompt_rows, model_.config().vocab_size}, model_.activation_dtype());
   if (logprob_rows > 0 && (!slot.logprob_ids_host.defined() || slot.logprob_ids_host.size(0) < logprob_rows)) {
     const int64_t capacity = std::max<int64_t>(2 * logprob_rows, 16);
     slot.logprob_ids_host = backend_.alloc_host({capacity, kLogprobColumns}, DType::kI32);
@@ -250,6 +258,8 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   int64_t num_bias_entries = 0, num_masks = 0;
   const int64_t width = layout.table_width;
   int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0, num_placeholders = 0;
+  int32_t* prompt_logits_rows = logits_rows + layout.num_logits_rows;  // [X] after the R sampling rows
+  int64_t prompt_row = 0;
   // A placeholder at i32 index `at` of the staging buffer takes the previous step's id of `id`.
   auto placeholder = [&](size_t at, RequestId id) {
     CHECK_MSG(previous != nullptr, "[runner] request {} has a placeholder token but no step is running", id);
@@ -285,6 +295,10 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
       token_ids[token] = id == kPlaceholderToken ? placeholder(layout.token_ids + 4 * static_cast<size_t>(token), row.request_id) : id;
       positions[token] = pos;
     }
+    // prompt_logprobs: the row's first prompt_logprob_targets.size() tokens predict the next prompt token.
+    const int32_t row_first_token = token - static_cast<int32_t>(row.num_new_tokens());
+    for (size_t i = 0; i < row.prompt_logprob_targets.size(); ++i)
+      prompt_logits_rows[prompt_row++] = row_first_token + static_cast<int32_t>(i);
     if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
     int32_t id_index = sampling_row;
@@ -346,7 +360,7 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   }
   cu_seqlens_q[layout.num_seqs] = token;
   if (state_slots_) state_slots_->write(reinterpret_cast<int32_t*>(base + layout.state_slots), layout.num_seqs);
-  CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows);
+  CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows && prompt_row == layout.num_prompt_rows);
   CHECK(penalised_row == layout.num_penalised && logprob_row == layout.num_logprob_rows &&
         history_ids == layout.num_history_ids && num_placeholders == layout.num_placeholders &&
         num_bias_entries == layout.num_bias_entries && num_masks == layout.num_masks);
@@ -378,7 +392,7 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
   batch.slot_mapping = view(layout.slot_mapping, {layout.num_tokens}, DType::kI64);
   batch.cu_seqlens_q = view(layout.cu_seqlens_q, {layout.num_seqs + 1}, DType::kI32);
   batch.seq_lens_k = view(layout.seq_lens_k, {layout.num_seqs}, DType::kI32);
-  batch.logits_rows = view(layout.logits_rows, {layout.num_logits_rows}, DType::kI32);
+  batch.logits_rows = view(layout.logits_rows, {layout.num_forward_rows()}, DType::kI32);
   batch.block_tables = view(layout.block_tables, {layout.num_seqs, layout.table_width}, DType::kI32);
   for (int64_t g = 1; g < layout.num_groups; ++g) {
     batch.more_slot_mappings.push_back(
@@ -391,11 +405,11 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
   return batch;
 }
 
-void ModelRunner::forward_and_argmax(const StepBatch& batch) {
-  const int64_t rows = batch.logits_rows.numel();
-  const TensorView logits = logits_.view().slice_rows(0, rows);  // [R, vocab]
+void ModelRunner::forward_and_argmax(const StepBatch& batch, int64_t num_sampling_rows) {
+  const TensorView logits = logits_.view().slice_rows(0, batch.logits_rows.numel());  // [R + X, vocab]
   model_.forward(batch, caches_, logits);
-  if (rows > 0) backend_.argmax(sampled_ids_.view().slice_rows(0, rows), logits);
+  if (num_sampling_rows > 0)
+    backend_.argmax(sampled_ids_.view().slice_rows(0, num_sampling_rows), logits.slice_rows(0, num_sampling_rows));
 }
 
 sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& row) {
@@ -426,7 +440,8 @@ void ModelRunner::launch(const StepPlan& plan) {
   const StepSlot* previous = num_launched_ > 0 ? slots_[(oldest_launched_ + num_launched_ - 1) % 2].get() : nullptr;
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
-  int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0;
+  int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0,
+          num_prompt_rows = 0;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
   bool decode_only = true;
   for (const ScheduledRequest& row : plan.rows) {
@@ -435,6 +450,7 @@ void ModelRunner::launch(const StepPlan& plan) {
     max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
     max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
     decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
+    num_prompt_rows += static_cast<int64_t>(row.prompt_logprob_targets.size());
     if (!row.is_sampling) continue;
     if (uses_penalised_copy(row)) {
       ++num_penalised;
@@ -451,7 +467,8 @@ void ModelRunner::launch(const StepPlan& plan) {
       bucket > 0 ? StepLayout(g, bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
                               num_history_ids, num_placeholders)
                  : StepLayout(g, plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
-                              num_logprob_rows, num_history_ids, num_placeholders);
+                              num_logprob_rows, num_history_ids, num_placeholders, num_prompt_rows);
+  CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a decode-only step with prompt_logprobs rows");
   if (num_bias_entries + num_masks > 0)
     layout.add_constraints(num_bias_entries, num_masks, (model_.config().vocab_size + 31) / 32);
   reserve(layout, slot);
@@ -460,7 +477,7 @@ void ModelRunner::launch(const StepPlan& plan) {
   if (bucket > 0) {
     run_decode_graph(layout, slot);
   } else {
-    forward_and_argmax(device_batch(layout, slot, max_seqlen_q, max_seqlen_k));
+    forward_and_argmax(device_batch(layout, slot, max_seqlen_q, max_seqlen_k), num_sampling);
   }
   if (num_sampling > 0) sample_after_forward(plan, layout, slot);
   queue_read_back(layout, slot);
@@ -478,8 +495,8 @@ void ModelRunner::run_decode_graph(const StepLayout& layout, const StepSlot& slo
   if (graph) {
     graph->replay();
   } else {
-    forward_and_argmax(batch);  // also sizes every scratch buffer the capture will name
-    graph = backend_.capture([&] { forward_and_argmax(batch); });
+    forward_and_argmax(batch, layout.num_logits_rows);  // also sizes every scratch buffer the capture will name
+    graph = backend_.capture([&] { forward_and_argmax(batch, layout.num_logits_rows); });
   }
 }
 
@@ -520,8 +537,10 @@ StepResult ModelRunner::finish(const StepPlan& plan) {
   oldest_launched_ = (oldest_launched_ + 1) % 2;
   --num_launched_;
   backend_.wait_for(slot.done_mark);  // also frees the slot's staging for the next launch
-  if (plan.num_sampling_rows() == 0) return StepResult{};
-  return read_back(plan, slot);
+  if (plan.num_sampling_rows() == 0 && slot.layout->num_prompt_rows == 0) return StepResult{};
+  StepResult result = read_back(plan, slot);
+  if (slot.layout->num_prompt_rows > 0) result.prompt_logprobs = read_prompt_logprobs(plan, slot);
+  return result;
 }
 
 TensorView ModelRunner::staged(const StepSlot& slot, size_t offset, Shape shape, DType dtype) const {
@@ -575,6 +594,9 @@ void ModelRunner::queue_read_back(const StepLayout& layout, StepSlot& slot) {
   const int64_t num_ids = layout.num_ids();
   if (num_ids > 0)
     backend_.copy_to_host_async(slot.ids_host.view().slice_rows(0, num_ids), sampled_ids_.view().slice_rows(0, num_ids));
+  if (layout.num_prompt_rows > 0)
+    backend_.copy_to_host_async(slot.prompt_logits_host.view().slice_rows(0, layout.num_prompt_rows),
+                                logits_.view().slice_rows(layout.num_logits_rows, layout.num_forward_rows()));
   const int64_t n = layout.num_logprob_rows;
   if (n > 0) {
     backend_.copy_to_host_async(slot.logprob_ids_host.view().slice_rows(0, n), logprob_ids_.view().slice_rows(0, n));
@@ -606,6 +628,47 @@ StepResult ModelRunner::read_back(const StepPlan& plan, const StepSlot& slot) co
     }
     result.sampled.push_back(std::move(sampled));
     ++r;
+  }
+  return result;
+}
+
+std::vector<PromptLogprobs> ModelRunner::read_prompt_logprobs(const StepPlan& plan, const StepSlot& slot) const {
+  // On the host, whatever the backend: the rows came back whole (queue_read_back), so CPU and GPU
+  // give the same numbers through the CPU twin of Backend::logprobs, and the rank needs the row.
+  const int64_t num_rows = slot.layout->num_prompt_rows, vocab = model_.config().vocab_size;
+  std::vector<int32_t> targets, top_ids(static_cast<size_t>(num_rows * kLogprobColumns));
+  std::vector<sampling::LogprobRow> rows;
+  std::vector<float> top_values(top_ids.size());
+  for (const ScheduledRequest& row : plan.rows)
+    for (TokenId target : row.prompt_logprob_targets) {
+      const int32_t i = static_cast<int32_t>(rows.size());
+      rows.push_back({i, i, std::clamp(row.sampling->num_prompt_logprobs.value_or(0), 0, sampling::kMaxTopLogprobs)});
+      targets.push_back(target);
+    }
+  CHECK(static_cast<int64_t>(rows.size()) == num_rows);
+  const TensorView logits = slot.prompt_logits_host.view().slice_rows(0, num_rows);  // [X, vocab]
+  logprobs_on_host(TensorView(top_ids.data(), {num_rows, kLogprobColumns}, DType::kI32),
+                   TensorView(top_values.data(), {num_rows, kLogprobColumns}, DType::kF32), logits,
+                   TensorView(targets.data(), {num_rows}, DType::kI32),
+                   TensorView(rows.data(), {num_rows, static_cast<int64_t>(sizeof(sampling::LogprobRow))}, DType::kU8));
+  std::vector<PromptLogprobs> result;
+  std::vector<float> x(static_cast<size_t>(vocab));
+  int64_t i = 0;
+  for (const ScheduledRequest& row : plan.rows) {
+    if (row.prompt_logprob_targets.empty()) continue;
+    PromptLogprobs out{row.request_id, row.start_pos + 1, {}};
+    for (size_t j = 0; j < row.prompt_logprob_targets.size(); ++j, ++i) {
+      const int32_t* ids = top_ids.data() + i * kLogprobColumns;
+      const float* values = top_values.data() + i * kLogprobColumns;
+      // vLLM's rank: how many tokens are at least as likely as the prompt token (1 = the most likely).
+      convert_to_f32(logits.ptr<const char>() + i * vocab * static_cast<int64_t>(dtype_size_bytes(logits.dtype)),
+                     logits.dtype, x.data(), x.size());
+      const float target_logit = x[static_cast<size_t>(ids[0])];
+      PromptTokenLogprobs token{ids[0], values[0], std::count_if(x.begin(), x.end(), [&](float v) { return v >= target_logit; }), {}};
+      for (int32_t k = 1; k <= rows[static_cast<size_t>(i)].num_top && ids[k] >= 0; ++k) token.top.push_back({ids[k], values[k]});
+      out.tokens.push_back(std::move(token));
+    }
+    result.push_back(std::move(out));
   }
   return result;
 }

@@ -103,14 +103,17 @@ class ModelRunner {
   // What Backend::sample gets for a sampling row: its knobs and the uniform of draw
   // num_output_tokens of its seed, or temperature 0 for greedy rows (the argmax decides).
   sampling::RowParams device_sample_params(const ScheduledRequest& row);
-  // forward + argmax of every logits row into sampled_ids_ (the part a graph records).
-  void forward_and_argmax(const StepBatch& batch);
+  // forward (every logits row: R sampling rows, then prompt_logprobs rows) + argmax of the first
+  // num_sampling_rows into sampled_ids_ (the part a graph records).
+  void forward_and_argmax(const StepBatch& batch, int64_t num_sampling_rows);
   // After the forward (and outside any graph): draws, penalties and logprobs on the device.
   void sample_after_forward(const StepPlan& plan, const StepLayout& layout, const StepSlot& slot);
   // Queues the copies of the ids and logprobs into the slot's host buffers (waited for by finish()).
   void queue_read_back(const StepLayout& layout, StepSlot& slot);
   // Builds the result from the slot's host buffers, once the step is done.
   StepResult read_back(const StepPlan& plan, const StepSlot& slot) const;
+  // The prompt_logprobs of the plan's rows that asked for them, from the slot's copied-back rows.
+  std::vector<PromptLogprobs> read_prompt_logprobs(const StepPlan& plan, const StepSlot& slot) const;
   // A view at byte `offset` of the staging buffer the device reads `slot`'s inputs from, and the
   // [rows, row_bytes] u8 form the sampling ops take.
   TensorView staged(const StepSlot& slot, size_t offset, Shape shape, DType dtype) const;

@@ -64,6 +64,10 @@ Status SamplingParams::validate() const {
   if (num_logprobs && *num_logprobs < 0) {
     return invalid_argument("[sampling] logprobs must be >= 0, got {}", *num_logprobs);
   }
+  // The runner returns at most 20 alternatives per position (spec/serving.md's logprobs bound).
+  if (num_prompt_logprobs && (*num_prompt_logprobs < 0 || *num_prompt_logprobs > 20)) {
+    return invalid_argument("[sampling] prompt_logprobs must be in [0, 20], got {}", *num_prompt_logprobs);
+  }
   return Status::ok();
 }
 

@@ -71,6 +71,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;      // [-2, 2], on output tokens
   float repetition_penalty = 1.0f;     // > 0, on prompt + output tokens; 1 = off
   std::optional<int> num_logprobs;     // top-K alternatives per sampled token; nullopt = none
+  // prompt_logprobs: top-K alternatives (and the prompt token itself) at every prompt position;
+  // nullopt = none. Such a request never reads the prefix cache (each position's logits are needed).
+  std::optional<int> num_prompt_logprobs;
   std::vector<std::pair<TokenId, float>> logit_bias;  // added to those tokens' logits before sampling
 
   bool is_greedy() const { return temperature == 0.0f; }

@@ -148,7 +148,9 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
     Request* request = waiting_.front();
     // Preempted while a step samples for it: it resumes with that token, after the step's commit.
     if (request->num_output_placeholders() > 0) break;
-    const CachedPrefix prefix = kv_cache_.lookup_prefix(request->token_ids());
+    // prompt_logprobs need the logits of every prompt position: no cached prefix skips them (as vLLM).
+    const CachedPrefix prefix =
+        request->sampling().num_prompt_logprobs ? CachedPrefix{} : kv_cache_.lookup_prefix(request->token_ids());
     const int num_tokens_computed = prefix.num_cached_tokens;
     const int num_new_tokens =
         std::min({request->num_tokens() - num_tokens_computed, budget,
@@ -204,6 +206,14 @@ ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
   row.num_prompt_tokens = request.num_prompt_tokens();
   row.num_output_tokens = request.num_planned_tokens() - request.num_prompt_tokens();
   row.sampling = request.sampling_ptr();
+  // prompt_logprobs: the prompt token each prompt position of this row predicts, until the first
+  // output is known (a request preempted after it does not report them again).
+  const int num_prompt_positions = std::min(row.context_len(), request.num_prompt_tokens() - 1) - row.start_pos;
+  if (request.sampling().num_prompt_logprobs && request.num_output_tokens() == 0 && num_prompt_positions > 0) {
+    const auto targets = request.prompt_token_ids().subspan(static_cast<size_t>(row.start_pos) + 1,
+                                                            static_cast<size_t>(num_prompt_positions));
+    row.prompt_logprob_targets.assign(targets.begin(), targets.end());
+  }
   if (row.is_sampling && request.sampling().needs_token_history()) {
     row.history_token_ids.assign(request.token_ids().begin(), request.token_ids().end());
     row.history_token_ids.resize(static_cast<size_t>(request.num_planned_tokens()), kPlaceholderToken);

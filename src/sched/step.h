@@ -59,6 +59,10 @@ struct ScheduledRequest {
   // Prompt + outputs so far (= all tokens of the request), filled only on sampling rows whose
   // params need it (penalties: sampling->needs_token_history()); empty otherwise.
   std::vector<TokenId> history_token_ids;
+  // prompt_logprobs (sampling->num_prompt_logprobs): the prompt tokens that positions start_pos,
+  // start_pos + 1, ... of this row predict (prompt ids start_pos + 1 ...), one per prompt position
+  // of the row but the prompt's last; the runner computes a logits row for each. Empty otherwise.
+  std::vector<TokenId> prompt_logprob_targets;
 
   int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
   int context_len() const { return start_pos + num_new_tokens(); }  // seq_lens_k
@@ -95,8 +99,25 @@ struct SampledToken {
   std::optional<SampledLogprobs> logprobs;  // when the request asked for logprobs
 };
 
+// The logprob of one prompt token given the tokens before it, its rank in the vocabulary (1 = the
+// most likely; tokens as likely count before it, as vLLM counts), and the top alternatives there.
+struct PromptTokenLogprobs {
+  TokenId token_id = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<TokenLogprob> top;  // [num_prompt_logprobs], best first
+};
+
+// A plan row's prompt_logprob_targets, answered: tokens[i] is prompt token first_prompt_index + i.
+struct PromptLogprobs {
+  RequestId request_id = 0;
+  int first_prompt_index = 0;  // = the row's start_pos + 1
+  std::vector<PromptTokenLogprobs> tokens;
+};
+
 struct StepResult {
   std::vector<SampledToken> sampled;  // one per sampling row of the plan, in row order
+  std::vector<PromptLogprobs> prompt_logprobs;  // one per row with prompt_logprob_targets, in row order
 };
 
 inline int StepPlan::num_scheduled_tokens() const {

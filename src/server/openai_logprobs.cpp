@@ -58,4 +58,20 @@ void LogprobFormatter::append_chat(Json& content, const std::vector<TokenId>& id
   }
 }
 
+Json LogprobFormatter::prompt_logprobs(const std::vector<PromptTokenLogprobs>& entries) const {
+  Json list = Json::array({nullptr});
+  for (const PromptTokenLogprobs& entry : entries) {
+    Json tokens = Json::object();
+    auto add = [&](TokenId id, float logprob, int64_t rank) {
+      const std::string key = std::to_string(id);
+      if (!tokens.contains(key))
+        tokens[key] = Json{{"logprob", finite_logprob(logprob)}, {"rank", rank}, {"decoded_token", token_text(id)}};
+    };
+    add(entry.token_id, entry.logprob, entry.rank);
+    for (size_t k = 0; k < entry.top.size(); ++k) add(entry.top[k].token_id, entry.top[k].logprob, static_cast<int64_t>(k) + 1);
+    list.push_back(std::move(tokens));
+  }
+  return list;
+}
+
 }  // namespace pagellm::server

@@ -45,6 +45,11 @@ void read_common(JsonFields& fields, const Json& body, const ParseOptions& optio
       if (!stop.empty()) out.stop.push_back(std::move(stop));
   if (auto v = fields.integer("n", 1, options.max_n)) out.n = static_cast<int>(*v);
   if (auto v = fields.boolean("stream")) out.stream = *v;
+  if (auto v = fields.integer("prompt_logprobs", 0, options.max_logprobs)) {
+    out.sampling.num_prompt_logprobs = static_cast<int>(*v);
+    // As vLLM: they come with the whole response, which a stream never sends.
+    if (out.stream) fields.fail("prompt_logprobs", "[openai] 'prompt_logprobs' are not available when 'stream' is true");
+  }
   if (auto v = fields.boolean("skip_special_tokens")) out.skip_special_tokens = *v;
   if (auto v = fields.boolean("include_stop_str_in_output")) out.include_stop_str_in_output = *v;
   if (auto v = fields.boolean("add_special_tokens")) out.add_special_tokens = *v;
@@ -82,7 +87,7 @@ std::optional<ApiError> check_unsupported(const Json& body, bool is_chat) {
       {"vllm_xargs", Json::array()},          {"cache_salt", Json::array()},
       {"priority", Json::array({0})},         {"request_id", Json::array()},
       {"store", Json::array({false})},        {"service_tier", Json::array({"auto", "default"})},
-      {"prompt_logprobs", Json::array({0})},  {"structural_tag", Json::array()},
+      {"structural_tag", Json::array()},
       {"guided_whitespace_pattern", Json::array()},
   };
   static const std::vector<UnsupportedField> chat = {

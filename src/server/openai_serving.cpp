@@ -7,6 +7,7 @@
 #include "server/choice_streams.h"
 #include "server/openai_logprobs.h"
 #include "server/openai_response.h"
+#include "server/reasoning_end.h"
 #include "server/reasoning_parser.h"
 #include "server/structured_request.h"
 #include "server/tool_parser_choice.h"
@@ -48,6 +49,7 @@ struct ChoiceState {
   std::optional<FinishReason> finish_reason;
   std::unique_ptr<OutputParser> parser;  // chat output parsing; null: text is content
   bool called_tools = false;             // streamed: a tool call went out
+  Json prompt_logprobs;                  // vLLM's prompt_logprobs list, when asked
 };
 
 std::vector<ChoiceState> make_choices(const Generation& generation) {
@@ -91,6 +93,11 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
     if (auto error = fit_max_tokens(generation.common, static_cast<int>(prompt.ids.size()), context.max_model_len,
                                     max_tokens))
       return *error;
+    // A reasoning model's answer is constrained after its reasoning (chat only: completions have
+    // no reasoning parser reading their text).
+    std::vector<TokenId> grammar_starts_after;
+    if (grammar && generation.chat_output && context.tokenizer)
+      grammar_starts_after = grammar_start_marker(generation.chat_output->reasoning_parser, *context.tokenizer, prompt.ids);
     for (int sample = 0; sample < n; ++sample) {
       GenerateRequest request;
       request.prompt_token_ids = prompt.ids;
@@ -102,6 +109,7 @@ std::variant<std::vector<GenerateRequest>, ApiError> build_requests(const Servin
       request.skip_special_tokens = generation.common.skip_special_tokens;
       request.include_stop_string = generation.common.include_stop_str_in_output;
       request.grammar = grammar;
+      request.grammar_starts_after = grammar_starts_after;
       requests.push_back(std::move(request));
     }
   }
@@ -153,6 +161,8 @@ void respond_whole(const ServingContext& context, const Generation& generation, 
     }
     choice.text += out.text;
     choice.num_tokens += static_cast<int64_t>(out.token_ids.size());
+    if (generation.common.sampling.num_prompt_logprobs && choice.prompt_logprobs.is_null() && !out.token_ids.empty())
+      choice.prompt_logprobs = formatter.prompt_logprobs(out.prompt_logprobs);
     merge_logprobs(generation.logprobs, choice.logprobs,
                    output_logprobs(formatter, generation.logprobs, out, choice.text_offset));
     if (out.finish_reason) choice.finish_reason = out.finish_reason;
@@ -168,8 +178,17 @@ void respond_whole(const ServingContext& context, const Generation& generation, 
     body_choices.push_back(response_choice(generation.meta.kind, static_cast<int>(i), echo + choices[i].text,
                                            choices[i].logprobs, choices[i].finish_reason));
   }
+  Json body = whole_response(generation.meta, std::move(body_choices), usage_of(generation, choices));
+  // vLLM's places: per choice for completions (a choice per prompt), once per chat response.
+  if (generation.common.sampling.num_prompt_logprobs) {
+    if (generation.meta.kind == ApiKind::kChat) {
+      body["prompt_logprobs"] = choices.empty() ? Json() : choices[0].prompt_logprobs;
+    } else {
+      for (size_t i = 0; i < choices.size(); ++i) body["choices"][i]["prompt_logprobs"] = choices[i].prompt_logprobs;
+    }
+  }
   HttpResponse response;
-  response.body = to_json_text(whole_response(generation.meta, std::move(body_choices), usage_of(generation, choices)));
+  response.body = to_json_text(body);
   writer.respond(response);
 }
 

@@ -27,7 +27,14 @@ class ThinkParser final : public PendingTextParser {
       state_ = State::kReasoning;
       return true;
     }
-    if (!final && kThinkStart.substr(0, pending_.size()) == pending_) return false;  // "<thi" (or nothing yet)
+    // An output that starts with </think> closed an empty block (a structured answer's grammar
+    // starts after </think>, so a model that skipped the thinking writes just that).
+    if (pending_.rfind(kThinkEnd, 0) == 0) {
+      state_ = State::kReasoning;
+      return true;
+    }
+    const auto is_prefix_of = [&](std::string_view tag) { return tag.substr(0, pending_.size()) == pending_; };
+    if (!final && (is_prefix_of(kThinkStart) || is_prefix_of(kThinkEnd))) return false;  // "<thi" (or nothing yet)
     state_ = starts_in_reasoning_ ? State::kReasoning : State::kAnswer;
     return true;
   }

@@ -150,6 +150,60 @@ TEST_F(ServeStructuredTest, LogitBiasSteersGreedyDecoding) {
   EXPECT_EQ(tokenized["tokens"], json(std::vector<int>(6, 4242))) << r.body;
 }
 
+// vLLM's prompt_logprobs: per completion choice (the same for each of n), once per chat response.
+void expect_prompt_logprobs(const json& list, const std::vector<int>& prompt, size_t top_k) {
+  ASSERT_TRUE(list.is_array()) << list;
+  ASSERT_EQ(list.size(), prompt.size()) << list;
+  EXPECT_TRUE(list[0].is_null()) << list;
+  for (size_t i = 1; i < list.size(); ++i) {
+    const json& entry = list[i];
+    const std::string key = std::to_string(prompt[i]);
+    ASSERT_TRUE(entry.contains(key)) << i << ": " << entry;  // the prompt token itself
+    EXPECT_LE(entry.size(), top_k + 1) << entry;
+    EXPECT_GE(entry.size(), top_k) << entry;
+    EXPECT_LE(entry[key]["logprob"].get<double>(), 0.0);
+    EXPECT_GE(entry[key]["rank"].get<int>(), 1);
+    EXPECT_TRUE(entry[key]["decoded_token"].is_string());
+    for (const auto& [id, value] : entry.items()) {  // the most likely token is at least as likely
+      if (value["rank"] == 1) {
+        EXPECT_GE(value["logprob"].get<double>(), entry[key]["logprob"].get<double>()) << entry;
+      }
+    }
+  }
+}
+
+TEST_F(ServeStructuredTest, PromptLogprobs) {
+  const std::vector<int> prompt = {1, 2, 3, 4, 5};
+  json body = {{"model", kModelName}, {"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"n", 2},
+               {"prompt_logprobs", 3}};
+  HttpResult r = http_post_json(port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choices = r.json()["choices"];
+  expect_prompt_logprobs(choices[0]["prompt_logprobs"], prompt, 3);
+  EXPECT_EQ(choices[0]["prompt_logprobs"], choices[1]["prompt_logprobs"]);
+  // The same prompt again: the prefix cache holds it now, and the numbers stay.
+  r = http_post_json(port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["prompt_logprobs"], choices[0]["prompt_logprobs"]);
+
+  const HttpResult chat_r = http_post_json(port(), "/v1/chat/completions", chat("Hi", {{"prompt_logprobs", 0}, {"max_tokens", 2}}));
+  ASSERT_EQ(chat_r.status, 200) << chat_r.body;
+  const json chat_body = chat_r.json();
+  ASSERT_EQ(chat_body["prompt_logprobs"].size(), chat_body["usage"]["prompt_tokens"].get<size_t>()) << chat_r.body;
+  EXPECT_TRUE(chat_body["prompt_logprobs"][0].is_null());
+  EXPECT_EQ(chat_body["prompt_logprobs"][1].size(), 1u) << chat_r.body;  // k = 0: the prompt token only
+
+  body["prompt_logprobs"] = 21;
+  r = http_post_json(port(), "/v1/completions", body);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["param"], "prompt_logprobs");
+  body["prompt_logprobs"] = 1;
+  body["stream"] = true;
+  r = http_post_json(port(), "/v1/completions", body);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["param"], "prompt_logprobs");
+}
+
 TEST_F(ServeStructuredTest, BadConstraintsAreBadRequests) {
   auto refused = [&](const json& extra) {
     return http_post_json(port(), "/v1/chat/completions", chat("x", extra)).json()["error"];

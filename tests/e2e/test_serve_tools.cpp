@@ -257,6 +257,100 @@ TEST_F(ServeReasoningTest, ToolsWithoutAutoToolChoiceAreRefusedUnlessNone) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
+// ---- structured outputs after the reasoning (vLLM: the grammar starts after </think>) ----
+
+const json kCitySchema = json::parse(R"({"type": "object", "properties": {
+  "city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+  "required": ["city", "days"], "additionalProperties": false})");
+
+json city_format() { return {{"type", "json_schema"}, {"json_schema", {{"name", "city"}, {"schema", kCitySchema}}}}; }
+
+void expect_city(const json& message) {
+  ASSERT_TRUE(message["content"].is_string()) << message;
+  const json city = json::parse(message["content"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(city.is_object()) << message;
+  EXPECT_EQ(city.size(), 2u) << message;
+  EXPECT_TRUE(city["city"].is_string()) << message;
+  EXPECT_TRUE(city["days"].is_number_integer() && city["days"] >= 1 && city["days"] <= 9) << message;
+}
+
+// The id of a text that is one token of the e2e model's Qwen3 tokenizer.
+int token_id(int port, const std::string& text) {
+  const json tokens = http_post_json(port, "/tokenize", {{"model", kModelName}, {"prompt", text}}).json()["tokens"];
+  EXPECT_EQ(tokens.size(), 1u) << text << " is " << tokens;
+  return tokens.empty() ? -1 : tokens[0].get<int>();
+}
+
+TEST_F(ServeReasoningTest, TheModelReasonsFreelyBeforeAConstrainedAnswer) {
+  // The template opened <think>: a token the schema forbids first (a JSON object starts with '{')
+  // is free while the model reasons, so greedy decoding picks the biased word every time.
+  json body = question(false);
+  body["response_format"] = city_format();
+  body["max_tokens"] = 5;
+  body["logit_bias"] = {{std::to_string(token_id(port(), "hello")), 100}};
+  HttpResult r = http_post_json(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["message"]["reasoning_content"], "hellohellohellohellohello") << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length") << r.body;
+
+  // Once </think> is out, the answer follows the schema and ends with stop, whatever the weights
+  // (the bias that forced </think> cannot pull it into the answer: the mask refuses it there).
+  body["logit_bias"] = {{std::to_string(token_id(port(), "</think>")), 100}};
+  body["max_tokens"] = 200;
+  body["temperature"] = 1.0;
+  body.erase("ignore_eos");
+  for (int seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    body["seed"] = seed;
+    for (bool stream : {false, true}) {
+      body["stream"] = stream;
+      r = http_post_json(port(), "/v1/chat/completions", body);
+      ASSERT_EQ(r.status, 200) << r.body;
+      if (stream) {
+        const StreamedMessage parts = read_stream(r);
+        EXPECT_EQ(parts.finish_reason, "stop") << r.body;
+        expect_city({{"content", parts.content}});
+        continue;
+      }
+      const json choice = r.json()["choices"][0];
+      EXPECT_EQ(choice["finish_reason"], "stop") << r.body;
+      expect_city(choice["message"]);
+    }
+  }
+}
+
+TEST_F(ServeToolsTest, ThinkingOffConstrainsFromTheFirstTokenThinkingOnAfterTheReasoning) {
+  // enable_thinking=false renders an empty, closed think block: the answer is constrained at once.
+  json body = {{"model", kModelName}, {"max_tokens", 200}, {"temperature", 1.0}, {"response_format", city_format()},
+               {"messages", {{{"role", "user"}, {"content", "Plan a trip"}}}},
+               {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  for (int seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    body["seed"] = seed;
+    const HttpResult r = http_post_json(port(), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "stop") << r.body;
+    expect_city(r.json()["choices"][0]["message"]);
+  }
+  // Thinking on (Qwen3's default): the model writes <think>...</think> first; forcing </think> ends
+  // the reasoning at once and the answer after it follows the schema. A tool_choice by name too.
+  body.erase("chat_template_kwargs");
+  body["logit_bias"] = {{std::to_string(token_id(port(), "</think>")), 100}};
+  const HttpResult answer = http_post_json(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  expect_city(answer.json()["choices"][0]["message"]);
+  body.erase("response_format");
+  body["tools"] = weather_tools();
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const HttpResult call = http_post_json(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(call.status, 200) << call.body;
+  const json message = call.json()["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << call.body;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  const json args = json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>(), nullptr, false);
+  EXPECT_TRUE(args.is_object() && args["city"].is_string()) << call.body;
+}
+
 // ---- the official OpenAI JS client ----
 
 TEST(OpenAiJsToolsTest, NodeTestsPass) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include <cstdlib>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -136,6 +137,18 @@ GenerateRequest greedy_request(std::vector<TokenId> prompt, int max_tokens) {
   r.sampling.temperature = 0.0f;
   r.sampling.max_tokens = max_tokens;
   return r;
+}
+
+fs::path qwen3_fixture_with_tokenizer(const std::string& tag) {
+  const fs::path tokenizer = source_root() / "assets/tokenizers/qwen3/tokenizer.json";
+  if (!fs::exists(tokenizer)) return {};
+  const fs::path fixture = golden_fixture_root("qwen3") / "tied_gqa2_hd32_f32";
+  const fs::path dir = fs::temp_directory_path() / ("pagellm_" + tag + "_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(fixture / name, dir / name, fs::copy_options::overwrite_existing);
+  fs::copy_file(tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  return dir;
 }
 
 std::unique_ptr<LLM> make_test_llm(const fs::path& model_dir, EngineConfig config, const std::string& device) {

@@ -100,4 +100,9 @@ Status write_as_vision_language_weights(const fs::path& src_dir, const fs::path&
 // a failed expectation) if it doesn't load.
 std::unique_ptr<LLM> make_test_llm(const fs::path& model_dir, EngineConfig config, const std::string& device = "cpu");
 
+// The qwen3 fixture's checkpoint tied_gqa2_hd32_f32 with the Qwen3 tokenizer beside it (its ids all
+// decode), in a temporary folder named after `tag`; empty when the tokenizer assets are missing
+// (scripts/setup.sh fetches them).
+fs::path qwen3_fixture_with_tokenizer(const std::string& tag);
+
 }  // namespace pagellm

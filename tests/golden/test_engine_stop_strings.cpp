@@ -16,22 +16,8 @@
 namespace pagellm {
 namespace {
 
-// The qwen3 fixture's checkpoint with the Qwen3 tokenizer beside it (its ids all decode), in a
-// temporary folder; empty when the tokenizer assets are missing (scripts/setup.sh fetches them).
-fs::path model_with_tokenizer() {
-  const fs::path tokenizer = source_root() / "assets/tokenizers/qwen3/tokenizer.json";
-  if (!fs::exists(tokenizer)) return {};
-  const fs::path fixture = golden_fixture_root("qwen3") / "tied_gqa2_hd32_f32";
-  const fs::path dir = fs::temp_directory_path() / ("pagellm_stop_strings_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  for (const char* name : {"config.json", "model.safetensors"})
-    fs::copy_file(fixture / name, dir / name, fs::copy_options::overwrite_existing);
-  fs::copy_file(tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
-  return dir;
-}
-
 void expect_text_ends_before_the_stop_string(int async_scheduling) {
-  const fs::path dir = model_with_tokenizer();
+  const fs::path dir = qwen3_fixture_with_tokenizer("stop_strings");
   if (dir.empty()) GTEST_SKIP() << "assets/tokenizers/qwen3 missing (scripts/setup.sh)";
   EngineConfig config;
   config.async_scheduling = async_scheduling;

@@ -126,11 +126,25 @@ TEST(RequestFields, StructuredOutputFieldsPassAndUnimplementedLogitsFieldsAreRef
                            {"guided_json", {{"type", "object"}}}, {"structured_outputs", {{"regex", "a+"}}},
                            {"prompt_logprobs", 0}}),
                      false, parsed));
-  for (const char* field : {"prompt_logprobs", "structural_tag", "guided_whitespace_pattern"}) {
+  for (const char* field : {"structural_tag", "guided_whitespace_pattern"}) {
     ChatRequest refused;
     const std::optional<ApiError> error = parse(chat({{field, 1}}), false, refused);
     ASSERT_TRUE(error) << field;
     EXPECT_EQ(error->param, field);
+  }
+}
+
+// prompt_logprobs: 0..20 reach the sampling params; out of range, or with a stream, is a 400.
+TEST(RequestFields, PromptLogprobsAreBoundedAndNotStreamed) {
+  ChatRequest parsed;
+  ASSERT_FALSE(parse(chat({{"prompt_logprobs", 7}}), false, parsed));
+  EXPECT_EQ(parsed.common.sampling.num_prompt_logprobs, 7);
+  for (const Json& extra : {Json{{"prompt_logprobs", -1}}, Json{{"prompt_logprobs", 21}},
+                            Json{{"prompt_logprobs", 1}, {"stream", true}}}) {
+    ChatRequest refused;
+    const std::optional<ApiError> error = parse(chat(extra), false, refused);
+    ASSERT_TRUE(error) << extra;
+    EXPECT_EQ(error->param, "prompt_logprobs") << extra;
   }
 }
 

@@ -29,6 +29,12 @@ TEST(Qwen3ReasoningParser, NoThinkBlockIsContent) {
                 {"Short answer.", {}, ""});
 }
 
+TEST(Qwen3ReasoningParser, LeadingEndTagClosesAnEmptyBlock) {
+  // A constrained answer after the reasoning: the model skipped its thinking and wrote </think>.
+  expect_parses(reasoning_parser("qwen3", kQwen3Prompt), "</think>{\"city\":\"Oslo\"}", {"{\"city\":\"Oslo\"}", {}, ""});
+  expect_parses(reasoning_parser("qwen3", kQwen3Prompt), "</thin", {"</thin", {}, ""});  // cut off: text
+}
+
 TEST(Qwen3ReasoningParser, PromptThatOpensTheBlockMakesTheOutputStartInReasoning) {
   // Qwen3-2507 thinking templates end the generation prompt with "<think>\n".
   expect_parses(reasoning_parser("qwen3", std::string(kQwen3Prompt) + "<think>\n"),
