@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -63,6 +64,16 @@ TensorView inner_columns(const Tensor& t, int64_t cols) {
   return v;
 }
 
+// "" when two f8_e4m3 tensors hold the same bytes, else the first that differs (the test helpers'
+// load_float reads float dtypes only).
+std::string fp8_bytes_diff(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return "sizes differ";
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (a.ptr<uint8_t>()[i] != b.ptr<uint8_t>()[i])
+      return fmt::format("element {}: 0x{:02x} vs 0x{:02x}", i, a.ptr<uint8_t>()[i], b.ptr<uint8_t>()[i]);
+  return "";
+}
+
 TEST(CudaW8A8, QuantizeFp8GroupsMatchesCpuBitwise) {
   PAGELLM_GPU_OR_SKIP(gpu);
   Rng rng(81);
@@ -74,12 +85,12 @@ TEST(CudaW8A8, QuantizeFp8GroupsMatchesCpuBitwise) {
       Tensor want_q = Tensor::cpu({m, k}, DType::kF8E4M3), want_s = Tensor::cpu({k / kGroup, m}, DType::kF32);
       cpu::quantize_fp8_groups(want_q.view(), want_s.view(), inner_columns(x, k));
       Tensor poison_q = Tensor::cpu({m, k}, DType::kF8E4M3), poison_s = Tensor::cpu({k / kGroup, m}, DType::kF32);
-      fill_nan(poison_q);
+      std::memset(poison_q.view().data, 0x7f, static_cast<size_t>(poison_q.nbytes()));  // e4m3 NaN
       fill_nan(poison_s);
       const Tensor got_q = to_device(*gpu, poison_q.view()), got_s = to_device(*gpu, poison_s.view());
       gpu->quantize_fp8_groups(got_q.view(), got_s.view(), inner_columns(x_dev, k));
       const std::string what = fmt::format("x [{}, {}] {}", m, k, dtype_name(dtype));
-      EXPECT_EQ(bitwise_diff(want_q, to_host(*gpu, got_q.view())), "") << what << ": x_fp8";
+      EXPECT_EQ(fp8_bytes_diff(want_q, to_host(*gpu, got_q.view())), "") << what << ": x_fp8";
       EXPECT_EQ(bitwise_diff(want_s, to_host(*gpu, got_s.view())), "") << what << ": scales";
       EXPECT_EQ(want_s.ptr<float>()[0], 1.0f) << what << ": the all-zero group's scale";
     }
@@ -140,11 +151,12 @@ double norm_relative_error(const Reference& ref, const Tensor& got) {
   return std::sqrt(err2 / ref2);
 }
 
-// The product on the GPU into a poisoned [m, n + 3] buffer; the first n columns as a dense host tensor.
+// The product on the GPU into a poisoned [m, n + 8] buffer (rows 16-byte aligned, as cuBLASLt's FP8
+// kernels want them); the first n columns as a dense host tensor.
 Tensor fp8_product(Backend& gpu, const TensorView& x, const Tensor& w, const Tensor& w_scale, int64_t block_n,
                    int64_t block_k) {
   const int64_t m = x.size(0), n = w.size(0);
-  Tensor poison = Tensor::cpu({m, n + 3}, x.dtype);
+  Tensor poison = Tensor::cpu({m, n + 8}, x.dtype);
   fill_nan(poison);
   Tensor out_dev = to_device(gpu, poison.view());
   TensorView out = out_dev.view();

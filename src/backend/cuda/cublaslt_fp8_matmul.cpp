@@ -1,6 +1,7 @@
 #include "backend/cuda/cublaslt_fp8_matmul.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "core/logging.h"
 
 namespace pagellm::cuda {
 
@@ -25,26 +26,32 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
-// The heuristic's best algorithm, or false. Split-K partials are first asked to be reduced in f32
-// (as cublaslt_matmul.cpp, for the same reason); if that leaves nothing, any reduction is accepted.
+// The heuristic's best algorithm, or false with the last status in *status. Split-K partials are
+// first asked to be reduced in f32 (as cublaslt_matmul.cpp, for the same reason) and the output's
+// alignment is stated; if that leaves nothing, each request is dropped in turn.
 bool best_algo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-               cublasLtMatrixLayout_t c, uint64_t workspace_bytes, uint32_t c_align, cublasLtMatmulAlgo_t* algo) {
+               cublasLtMatrixLayout_t c, uint64_t workspace_bytes, uint32_t c_align, cublasLtMatmulAlgo_t* algo,
+               cublasStatus_t* status, int* count) {
   for (const bool f32_reduction : {true, false}) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
-    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c_align);
-    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c_align);
-    if (f32_reduction)
-      set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    // An unsupported combination may answer NOT_SUPPORTED rather than zero results: both mean "no".
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
-      *algo = result.algo;
-      return true;
+    for (const bool state_alignment : {true, false}) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
+      if (state_alignment) {
+        set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c_align);
+        set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c_align);
+      }
+      if (f32_reduction)
+        set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
+      cublasLtMatmulHeuristicResult_t result{};
+      *count = 0;
+      // An unsupported combination may answer NOT_SUPPORTED rather than zero results: both mean "no".
+      *status = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, 1, &result, count);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (*status == CUBLAS_STATUS_SUCCESS && *count > 0) {
+        *algo = result.algo;
+        return true;
+      }
     }
   }
   return false;
@@ -89,8 +96,19 @@ CublasLtFp8Matmul::Plan CublasLtFp8Matmul::make_plan(const Key& key) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out_type, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ld_out));
+  // The heuristic is asked with scale pointers set (to the workspace: any device address), as at run
+  // time; run() points them at the real scales.
+  set_desc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace_));
+  set_desc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace_));
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  int count = 0;
   plan.found = best_algo(handle_, plan.desc, plan.a, plan.b, plan.c, workspace_bytes_, static_cast<uint32_t>(align_out),
-                         &plan.algo);
+                         &plan.algo, &status, &count);
+  if (!plan.found) {
+    LOG_WARN("[cuda] cuBLASLt has no FP8 block-scaled algorithm for {} out m={} n={} k={} ld_out={} (status {}, {} results): "
+             "this shape takes the dequantization path",
+             dtype_name(dtype), m, n, k, ld_out, static_cast<int>(status), count);
+  }
   return plan;
 }
 
