@@ -477,15 +477,17 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
 
 // W8A8: x quantized per token and 128-group into FP8 (fp8_group_quant.cu), then the FP8 tensor-core
 // product with both operands' block scales (cublaslt_fp8_matmul.h). Taken for more than 8 rows
-// (fewer go to the GEMV, which streams the weight once as well), 128 x 128 weight blocks, K % 128 == 0,
-// N % 16 == 0, bf16/f16 x with 16-byte aligned rows, and when cuBLASLt has an algorithm for the shape;
-// false (nothing launched) leaves the product to the dequantization path.
+// (fewer go to the GEMV, which streams the weight once as well), M % 4 == 0 (cuBLASLt 13.0 on H100
+// answered NOT_SUPPORTED for every M % 4 != 0 tried: 9, 17, 33, 130; the activation scales' row
+// pitch is M floats), 128 x 128 weight blocks, K % 128 == 0, N % 16 == 0, bf16/f16 x with 16-byte
+// aligned rows, and when cuBLASLt has an algorithm for the shape; false (nothing launched) leaves
+// the product to the dequantization path.
 bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x,
                                   const cuda::QuantWeight& w, const char* op) {
   const int64_t m = x.size(0), n = w.n, k = w.k;
   if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !fp8_w8a8_enabled()) return false;
   if (w.block_n != cuda::kFp8GroupCols || w.block_k != cuda::kFp8GroupCols || k % cuda::kFp8GroupCols != 0 ||
-      n % 16 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
+      n % 16 != 0 || m % 4 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
       !cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k)) {
     return false;
   }
