@@ -143,6 +143,16 @@ class Backend {
                                 int64_t block_n, int64_t block_k) {
     CHECK_MSG(false, "[{}] matmul_fp8_block is not implemented on this backend", name());
   }
+  // Dynamic FP8 quantization of activations per token and 128-column group (the first half of a
+  // W8A8 product; an op of its own so every backend's version can be compared bitwise):
+  //   x [M, K] f32/bf16/f16 (row stride, unit column stride), K % 128 == 0;
+  //   x_fp8 [M, K] f8_e4m3 contiguous; scales [K / 128, M] f32 contiguous: group-major, token m's
+  //   scale of group g at scales[g * M + m] (the "outer-dim-major" layout cuBLASLt's VEC128_32F reads);
+  //   scale = max|x[m, 128g .. 128g + 127]| / 448 in f32 (1 where that is 0),
+  //   x_fp8[m, c] = e4m3(x[m, c] / scale) (f32 division, round to nearest even, saturating to +-448).
+  virtual void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) {
+    CHECK_MSG(false, "[{}] quantize_fp8_groups is not implemented on this backend", name());
+  }
   // Group-quantized 4-bit weights (AWQ and GPTQ, repacked at load into one layout):
   //   qweight [N, K / 8] i32: bits 4j..4j+3 of word qweight[n, k / 8] hold q[n, k] for j = k % 8 (0..15);
   //   scales [N, K / group_size] f32; zeros [N, K / group_size] u8 (0..15);

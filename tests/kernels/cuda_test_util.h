@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,27 @@ inline Backend* cuda_backend_or_null(std::string* why) {
   std::string var##_why;                                                       \
   ::pagellm::Backend* var = ::pagellm::cuda_test::cuda_backend_or_null(&var##_why); \
   if (var == nullptr) GTEST_SKIP() << "no GPU to test on: " << var##_why
+
+// Sets (value != nullptr) or unsets an environment variable for one scope and puts back what was
+// there: the backends' path switches (PAGELLM_CUDA_*) are read at every call.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 inline Tensor to_device(Backend& gpu, const TensorView& host) {
   Tensor t = gpu.alloc(host.shape, host.dtype);

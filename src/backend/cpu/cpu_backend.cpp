@@ -9,6 +9,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/fp8_group_quant.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rows.h"
 #include "core/thread_pool.h"
@@ -107,6 +108,10 @@ void CpuBackend::matmul_fp8_block(TensorView out, const TensorView& x, const Ten
 void CpuBackend::matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                              const TensorView& zeros, int64_t group_size) {
   cpu::matmul_int4(out, x, qweight, scales, zeros, group_size);
+}
+
+void CpuBackend::quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) {
+  cpu::quantize_fp8_groups(x_fp8, scales, x);
 }
 
 void CpuBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,

@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
+  void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                 NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;

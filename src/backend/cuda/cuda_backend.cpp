@@ -15,8 +15,10 @@
 #include <initializer_list>
 #include <limits>
 
+#include "backend/cuda/cublaslt_fp8_matmul.h"
 #include "backend/cuda/cublaslt_matmul.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_group_quant.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/sampling.h"
@@ -26,6 +28,12 @@ namespace pagellm {
 namespace {
 
 bool is_float(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
+int compute_capability_major(int device) {
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
 
 // The rows of a view whose last dim is contiguous (the CPU's RowLayout, for the device).
 cuda::Rows rows_of(const TensorView& v, const char* op, const char* name) {
@@ -125,7 +133,8 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, std::shared_ptr<CUstream_st> stream, int num_sms)
       : device_(device), stream_(std::move(stream)), num_sms_(num_sms),
         matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())),
-        quant_gemv_supported_(cuda::quant_gemv_device_supported(device)) {}
+        quant_gemv_supported_(cuda::quant_gemv_device_supported(device)),
+        fp8_block_scaling_supported_(compute_capability_major(device) == 9) {}
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
@@ -144,11 +153,14 @@ class CudaBackend final : public Backend {
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
-  // Quantized weights (quant_gemv.h): the GEMV for decode-sized products, else dequantize + cuBLASLt.
+  // Quantized weights (quant_gemv.h): the GEMV for decode-sized products; for larger ones FP8 blocks of
+  // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), everything else is
+  // dequantized + cuBLASLt.
   void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
+  void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;  // fp8_group_quant.cu
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
   void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq, float attention_scaling) override;
@@ -191,7 +203,10 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t stream() const { return stream_.get(); }
   void quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op);
-  void* dequant_workspace(size_t bytes, const char* op);
+  bool fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x, const cuda::QuantWeight& w,
+                       const char* op);
+  bool is_capturing() const;
+  void* grow_only(Tensor& workspace, uint64_t& workspace_captures, size_t bytes, const char* op, const char* what);
 
   int device_;
   // Shared with every allocation's deleter (cudaFreeAsync on this stream), so tensors may outlive
@@ -206,6 +221,16 @@ class CudaBackend final : public Backend {
   // N * K only, not on M.
   Tensor dequant_workspace_;
   uint64_t dequant_workspace_captures_ = 0;  // num_captures_ when it was allocated
+  // W8A8 (compute capability 9.0: cuBLASLt's FP8 block scaling is Hopper's): the cuBLASLt plans, made
+  // at the first such product, and one grow-only workspace holding x in FP8 [M, K], its scales
+  // [K / 128, M] f32 and, where K % 512 != 0, the weight's scales padded to cuBLASLt's pitch. Its size
+  // grows with M * K, so the rule is the dequantization workspace's: it never grows inside a capture,
+  // and the engine's activation profile (every weight at M = max_num_batched_tokens, before any
+  // capture) sizes it for every later M up to that, decode graphs of 9..256 rows included.
+  bool fp8_block_scaling_supported_ = false;
+  std::unique_ptr<cuda::CublasLtFp8Matmul> fp8_matmul_;
+  Tensor w8a8_workspace_;
+  uint64_t w8a8_workspace_captures_ = 0;  // num_captures_ when it was allocated
   uint64_t num_captures_ = 0;                // capture() calls so far
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
   Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
@@ -400,6 +425,15 @@ bool quant_gemv_enabled() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+// PAGELLM_CUDA_FP8_W8A8=0 sends FP8 products of more than 8 rows through dequantization + cuBLASLt
+// instead of the W8A8 path; read at every call, as the switches above.
+bool fp8_w8a8_enabled() {
+  const char* value = std::getenv("PAGELLM_CUDA_FP8_W8A8");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+size_t round_up_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void check_quant_tensor(const TensorView& v, DType dtype, int64_t rows, int64_t cols, const char* op,
@@ -412,22 +446,27 @@ void check_quant_tensor(const TensorView& v, DType dtype, int64_t rows, int64_t 
 
 }  // namespace
 
-void* CudaBackend::dequant_workspace(size_t bytes, const char* op) {
-  if (dequant_workspace_.nbytes() >= bytes) return dequant_workspace_.view().data;
+bool CudaBackend::is_capturing() const {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
-  CHECK_MSG(capture == cudaStreamCaptureStatusNone,
-            "[cuda] {}: the dequantization workspace must grow to {} bytes (has {}) inside a CUDA graph capture; "
-            "run a product of this weight once before capturing (the engine's activation profile does)",
-            op, bytes, dequant_workspace_.nbytes());
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+void* CudaBackend::grow_only(Tensor& workspace, uint64_t& workspace_captures, size_t bytes, const char* op,
+                             const char* what) {
+  if (workspace.nbytes() >= bytes) return workspace.view().data;
+  CHECK_MSG(!is_capturing(),
+            "[cuda] {}: the {} workspace must grow to {} bytes (has {}) inside a CUDA graph capture; "
+            "run a product of this weight and at least this many rows once before capturing (the engine's "
+            "activation profile does)",
+            op, what, bytes, workspace.nbytes());
   // A graph captured since the old workspace was allocated may point at it: keep it then. Otherwise
   // it is released (stream-ordered: work already queued still reads it first).
-  if (dequant_workspace_.defined() && num_captures_ != dequant_workspace_captures_)
-    retired_.push_back(std::move(dequant_workspace_));
-  dequant_workspace_ = Tensor();
-  dequant_workspace_ = alloc(Shape{static_cast<int64_t>(bytes)}, DType::kU8);
-  dequant_workspace_captures_ = num_captures_;
-  return dequant_workspace_.view().data;
+  if (workspace.defined() && num_captures_ != workspace_captures) retired_.push_back(std::move(workspace));
+  workspace = Tensor();
+  workspace = alloc(Shape{static_cast<int64_t>(bytes)}, DType::kU8);
+  workspace_captures = num_captures_;
+  return workspace.view().data;
 }
 
 void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op) {
@@ -447,9 +486,69 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
     return;
   }
   // Larger products: W dequantized into x's dtype, then the dense matmul (cuBLASLt, or the bf16 GEMV).
-  void* dense = dequant_workspace(static_cast<size_t>(n * k) * dtype_size_bytes(x.dtype), op);
+  if (w.format == cuda::QuantFormat::kFp8Block && fp8_w8a8_matmul(out.data, ld_out, x, ld_x, w, op)) return;
+  void* dense = grow_only(dequant_workspace_, dequant_workspace_captures_,
+                          static_cast<size_t>(n * k) * dtype_size_bytes(x.dtype), op, "dequantization");
   CUDA_CHECK(cuda::launch_dequantize(x.dtype, dense, w, stream()));
   matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, dense, k, m, n, k);
+}
+
+// W8A8: x quantized per token and 128-group into FP8 (fp8_group_quant.cu), then the FP8 tensor-core
+// product with both operands' block scales (cublaslt_fp8_matmul.h). Taken for more than 8 rows
+// (fewer go to the GEMV, which streams the weight once as well), M % 4 == 0 (cuBLASLt 13.0 on H100
+// answered NOT_SUPPORTED for every M % 4 != 0 tried: 9, 17, 33, 130; the activation scales' row
+// pitch is M floats), 128 x 128 weight blocks, K % 128 == 0, N % 16 == 0, bf16/f16 x with 16-byte
+// aligned rows, and when cuBLASLt has an algorithm for the shape; false (nothing launched) leaves
+// the product to the dequantization path.
+bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x,
+                                  const cuda::QuantWeight& w, const char* op) {
+  const int64_t m = x.size(0), n = w.n, k = w.k;
+  if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !fp8_w8a8_enabled()) return false;
+  if (w.block_n != cuda::kFp8GroupCols || w.block_k != cuda::kFp8GroupCols || k % cuda::kFp8GroupCols != 0 ||
+      n % 16 != 0 || m % 4 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
+      !cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k)) {
+    return false;
+  }
+  if (!fp8_matmul_) {
+    CHECK_MSG(!is_capturing(), "[cuda] {}: the first W8A8 product runs inside a CUDA graph capture; run one before "
+              "capturing (the engine's activation profile does)", op);
+    fp8_matmul_ = std::make_unique<cuda::CublasLtFp8Matmul>(stream());
+  }
+  if (!fp8_matmul_->supports(x.dtype, out, ld_out, m, n, k)) return false;
+  const int64_t groups = k / cuda::kFp8GroupCols, n_blocks = ceil_div(n, cuda::kFp8GroupCols);
+  const int64_t scale_pitch = cuda::fp8_block_scales_pitch(k);
+  const size_t x_fp8_bytes = round_up_bytes(static_cast<size_t>(m * k));
+  const size_t x_scales_bytes = round_up_bytes(static_cast<size_t>(groups * m) * sizeof(float));
+  const size_t w_scales_bytes = scale_pitch == groups ? 0 : static_cast<size_t>(n_blocks * scale_pitch) * sizeof(float);
+  char* workspace = static_cast<char*>(grow_only(w8a8_workspace_, w8a8_workspace_captures_,
+                                                 x_fp8_bytes + x_scales_bytes + w_scales_bytes, op, "W8A8"));
+  uint8_t* x_fp8 = reinterpret_cast<uint8_t*>(workspace);
+  float* x_scales = reinterpret_cast<float*>(workspace + x_fp8_bytes);
+  const float* w_scales = w.scales;
+  if (w_scales_bytes > 0) {
+    float* padded = reinterpret_cast<float*>(workspace + x_fp8_bytes + x_scales_bytes);
+    CUDA_CHECK(cuda::launch_pad_block_scales(padded, scale_pitch, w.scales, n_blocks, groups, stream()));
+    w_scales = padded;
+  }
+  CUDA_CHECK(cuda::launch_quantize_fp8_groups(x.dtype, x_fp8, x_scales, x.data, ld_x, m, k, stream()));
+  fp8_matmul_->run(x.dtype, out, ld_out, x_fp8, x_scales, w.data, w_scales, m, n, k);
+  return true;
+}
+
+void CudaBackend::quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) {
+  const char* op = "quantize_fp8_groups";
+  CHECK_MSG(x.device == Device::kCuda && x.ndim() == 2 && is_float(x.dtype) && (x.strides[1] == 1 || x.size(1) == 1),
+            "[cuda] {}: x must be 2-D f32/bf16/f16 on the GPU with unit column stride, got {} {}", op,
+            x.shape.to_string(), dtype_name(x.dtype));
+  const int64_t m = x.size(0), k = x.size(1);
+  CHECK_MSG(k % cuda::kFp8GroupCols == 0, "[cuda] {}: K must be a multiple of {}, got {}", op, cuda::kFp8GroupCols, k);
+  check_quant_tensor(x_fp8, DType::kF8E4M3, m, k, op, "x_fp8");
+  check_quant_tensor(scales, DType::kF32, k / cuda::kFp8GroupCols, m, op, "scales");
+  const int64_t ld_x = m > 1 ? x.strides[0] : k;
+  CHECK_MSG(cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k),
+            "[cuda] {}: x must be 16-byte aligned with a row pitch of a multiple of 16 bytes", op);
+  CUDA_CHECK(cuda::launch_quantize_fp8_groups(x.dtype, static_cast<uint8_t*>(x_fp8.data), scales.ptr<float>(), x.data,
+                                              ld_x, m, k, stream()));
 }
 
 void CudaBackend::matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
