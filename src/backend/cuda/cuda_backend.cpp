@@ -495,9 +495,9 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
 
 // W8A8: x quantized per token and 128-group into FP8 (fp8_group_quant.cu), then the FP8 tensor-core
 // product with both operands' block scales (cublaslt_fp8_matmul.h). Taken for more than 8 rows
-// (fewer go to the GEMV, which streams the weight once as well), M % 4 == 0 (cuBLASLt 13.0 on H100
-// answered NOT_SUPPORTED for every M % 4 != 0 tried: 9, 17, 33, 130; the activation scales' row
-// pitch is M floats), 128 x 128 weight blocks, K % 128 == 0, N % 16 == 0, bf16/f16 x with 16-byte
+// (fewer go to the GEMV, which streams the weight once as well; cuBLASLt 13.0 on H100 answered
+// NOT_SUPPORTED for every M % 4 != 0 tried, 9, 17, 33, 130, so those run padded to M % 4 == 0), 128 x 128
+// weight blocks, K % 128 == 0, N % 16 == 0, bf16/f16 x with 16-byte
 // aligned rows, and when cuBLASLt has an algorithm for the shape; false (nothing launched) leaves
 // the product to the dequantization path.
 bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x,
@@ -505,7 +505,7 @@ bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x
   const int64_t m = x.size(0), n = w.n, k = w.k;
   if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !fp8_w8a8_enabled()) return false;
   if (w.block_n != cuda::kFp8GroupCols || w.block_k != cuda::kFp8GroupCols || k % cuda::kFp8GroupCols != 0 ||
-      n % 16 != 0 || m % 4 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
+      n % 16 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
       !cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k)) {
     return false;
   }
@@ -514,24 +514,60 @@ bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x
               "capturing (the engine's activation profile does)", op);
     fp8_matmul_ = std::make_unique<cuda::CublasLtFp8Matmul>(stream());
   }
-  if (!fp8_matmul_->supports(x.dtype, out, ld_out, m, n, k)) return false;
+  // cuBLASLt takes M % 4 == 0 only: other M run as M rounded up, over a copy of x with zero rows
+  // appended (their scales come out 1, their products 0) into a scratch output whose first M rows
+  // are copied back. The copies cost ~(M K + M N) x 4 bytes, small next to the weight's N K.
+  const int64_t m4 = (m + 3) / 4 * 4;
+  const bool padded_rows = m4 != m;
+  const size_t elem = dtype_size_bytes(x.dtype);
+  const size_t x_pad_bytes = padded_rows ? round_up_bytes(static_cast<size_t>(m4 * k) * elem) : 0;
+  const size_t out_pad_bytes = padded_rows ? round_up_bytes(static_cast<size_t>(m4 * n) * elem) : 0;
   const int64_t groups = k / cuda::kFp8GroupCols, n_blocks = ceil_div(n, cuda::kFp8GroupCols);
   const int64_t scale_pitch = cuda::fp8_block_scales_pitch(k);
-  const size_t x_fp8_bytes = round_up_bytes(static_cast<size_t>(m * k));
-  const size_t x_scales_bytes = round_up_bytes(static_cast<size_t>(groups * m) * sizeof(float));
+  const size_t x_fp8_bytes = round_up_bytes(static_cast<size_t>(m4 * k));
+  const size_t x_scales_bytes = round_up_bytes(static_cast<size_t>(groups * m4) * sizeof(float));
   const size_t w_scales_bytes = scale_pitch == groups ? 0 : static_cast<size_t>(n_blocks * scale_pitch) * sizeof(float);
+  // Probe cuBLASLt on the workspace's layout before growing it (supports() looks at out's alignment
+  // and pitch only; the workspace is 256-byte aligned as every allocation).
+  if (padded_rows ? !fp8_matmul_->supports(x.dtype, nullptr, n, m4, n, k)
+                  : !fp8_matmul_->supports(x.dtype, out, ld_out, m, n, k))
+    return false;
   char* workspace = static_cast<char*>(grow_only(w8a8_workspace_, w8a8_workspace_captures_,
-                                                 x_fp8_bytes + x_scales_bytes + w_scales_bytes, op, "W8A8"));
+                                                 x_fp8_bytes + x_scales_bytes + w_scales_bytes + x_pad_bytes +
+                                                     out_pad_bytes,
+                                                 op, "W8A8"));
   uint8_t* x_fp8 = reinterpret_cast<uint8_t*>(workspace);
   float* x_scales = reinterpret_cast<float*>(workspace + x_fp8_bytes);
+  char* after_scales = workspace + x_fp8_bytes + x_scales_bytes;
   const float* w_scales = w.scales;
   if (w_scales_bytes > 0) {
-    float* padded = reinterpret_cast<float*>(workspace + x_fp8_bytes + x_scales_bytes);
+    float* padded = reinterpret_cast<float*>(after_scales);
     CUDA_CHECK(cuda::launch_pad_block_scales(padded, scale_pitch, w.scales, n_blocks, groups, stream()));
     w_scales = padded;
   }
-  CUDA_CHECK(cuda::launch_quantize_fp8_groups(x.dtype, x_fp8, x_scales, x.data, ld_x, m, k, stream()));
-  fp8_matmul_->run(x.dtype, out, ld_out, x_fp8, x_scales, w.data, w_scales, m, n, k);
+  const void* x_rows = x.data;
+  int64_t ld_x_rows = ld_x;
+  void* out_rows = out;
+  int64_t ld_out_rows = ld_out;
+  if (padded_rows) {
+    char* x_pad = after_scales + w_scales_bytes;
+    out_rows = x_pad + x_pad_bytes;
+    ld_out_rows = n;
+    CUDA_CHECK(cudaMemcpy2DAsync(x_pad, static_cast<size_t>(k) * elem, x.data, static_cast<size_t>(ld_x) * elem,
+                                 static_cast<size_t>(k) * elem, static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
+                                 stream()));
+    CUDA_CHECK(cudaMemsetAsync(x_pad + static_cast<size_t>(m * k) * elem, 0, static_cast<size_t>((m4 - m) * k) * elem,
+                               stream()));
+    x_rows = x_pad;
+    ld_x_rows = k;
+  }
+  CUDA_CHECK(cuda::launch_quantize_fp8_groups(x.dtype, x_fp8, x_scales, x_rows, ld_x_rows, m4, k, stream()));
+  fp8_matmul_->run(x.dtype, out_rows, ld_out_rows, x_fp8, x_scales, w.data, w_scales, m4, n, k);
+  if (padded_rows) {
+    CUDA_CHECK(cudaMemcpy2DAsync(out, static_cast<size_t>(ld_out) * elem, out_rows, static_cast<size_t>(n) * elem,
+                                 static_cast<size_t>(n) * elem, static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
+                                 stream()));
+  }
   return true;
 }
 

@@ -9,6 +9,9 @@
 // the copy M / 8 times more.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/quant_gemv.h"
 
@@ -44,6 +47,43 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(T* __restrict__ ds
   }
 }
 
+// The same values, eight consecutive elements of a row per thread (one i32 word of INT4, 8 bytes of
+// FP8; one scale and zero for all eight), written as one 16-byte (bf16/f16) or two (f32) stores. Needs
+// k % 8 == 0, block_k % 8 == 0 and 8-byte aligned data: every real checkpoint's layout. The plain kernel
+// above reached ~0.7 TB/s (an int64 division per element); this one streams.
+template <typename T, QuantFormat F>
+__global__ void __launch_bounds__(kThreads) dequantize8_kernel(T* __restrict__ dst, QuantWeight w) {
+  const int64_t words_per_row = w.k / 8, total = w.n * words_per_row;
+  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / words_per_row, c0 = (i - r * words_per_row) * 8;
+    float v[8];
+    if constexpr (F == QuantFormat::kFp8Block) {
+      const uint2 bits = reinterpret_cast<const uint2*>(w.data)[i];
+      const float scale = w.scales[(r / w.block_n) * k_blocks + c0 / w.block_k];
+      for (int j = 0; j < 4; ++j) v[j] = e4m3_to_f32(static_cast<uint8_t>(bits.x >> (8 * j))) * scale;
+      for (int j = 0; j < 4; ++j) v[4 + j] = e4m3_to_f32(static_cast<uint8_t>(bits.y >> (8 * j))) * scale;
+    } else {
+      const uint32_t word = static_cast<const uint32_t*>(w.data)[i];
+      const int64_t g = r * k_blocks + c0 / w.block_k;
+      const int zero = static_cast<int>(w.zeros[g]);
+      const float scale = w.scales[g];
+      for (int j = 0; j < 8; ++j) v[j] = static_cast<float>(static_cast<int>((word >> (4 * j)) & 0xfu) - zero) * scale;
+    }
+    alignas(16) T out[8];
+    for (int j = 0; j < 8; ++j) out[j] = from_f32<T>(v[j]);
+    uint4* dst16 = reinterpret_cast<uint4*>(dst + r * w.k + c0);
+    const uint4* src16 = reinterpret_cast<const uint4*>(out);
+    for (size_t j = 0; j < sizeof(out) / 16; ++j) dst16[j] = src16[j];
+  }
+}
+
+bool streams_by_words(const void* dst, const QuantWeight& w) {
+  return w.k % 8 == 0 && w.block_k % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+}
+
 }  // namespace
 
 cudaError_t launch_dequantize(DType dtype, void* dst, const QuantWeight& w, cudaStream_t stream) {
@@ -55,6 +95,20 @@ cudaError_t launch_dequantize(DType dtype, void* dst, const QuantWeight& w, cuda
   }
   if (w.n == 0 || w.k == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(w.n < kMaxBlocks ? w.n : kMaxBlocks);
+  if (streams_by_words(dst, w)) {
+    const int64_t threads_needed = w.n * (w.k / 8);
+    const unsigned word_blocks = static_cast<unsigned>(
+        std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, 132 * 16));  // enough to fill any GPU
+    return dispatch_float(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if (w.format == QuantFormat::kFp8Block) {
+        dequantize8_kernel<T, QuantFormat::kFp8Block><<<word_blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), w);
+      } else {
+        dequantize8_kernel<T, QuantFormat::kInt4><<<word_blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), w);
+      }
+      return cudaGetLastError();
+    });
+  }
   return dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (w.format == QuantFormat::kFp8Block) {
