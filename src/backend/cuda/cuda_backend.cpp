@@ -526,9 +526,11 @@ bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x
   const int64_t scale_pitch = cuda::fp8_block_scales_pitch(k);
   const size_t x_fp8_bytes = round_up_bytes(static_cast<size_t>(m4 * k));
   const size_t x_scales_bytes = round_up_bytes(static_cast<size_t>(groups * m4) * sizeof(float));
-  const size_t w_scales_bytes = scale_pitch == groups ? 0 : static_cast<size_t>(n_blocks * scale_pitch) * sizeof(float);
-  // Probe cuBLASLt on the workspace's layout before growing it (supports() looks at out's alignment
-  // and pitch only; the workspace is 256-byte aligned as every allocation).
+  const size_t w_scales_bytes =
+      scale_pitch == groups ? 0 : round_up_bytes(static_cast<size_t>(n_blocks * scale_pitch) * sizeof(float));
+  // Probe cuBLASLt on the workspace's layout before growing it: supports() and run() key plans by
+  // out's pitch and alignment, and every part of the workspace starts 256-byte aligned (the
+  // allocation is, and each part's size is rounded up to 256), as a null pointer's alignment says.
   if (padded_rows ? !fp8_matmul_->supports(x.dtype, nullptr, n, m4, n, k)
                   : !fp8_matmul_->supports(x.dtype, out, ld_out, m, n, k))
     return false;
