@@ -808,7 +808,8 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   const bool mixed = decode_ok && !decode_only && a.num_seqs >= 2;  // decode rows go to the decode kernel
   const char* prefill_env = std::getenv("PAGELLM_CUDA_PREFILL_ATTENTION");
   const int64_t prefill_smem = prefill_attention_smem_bytes(head_dim);
-  plan.prefill = decode_ok && max_seqlen_q >= 2 && dtype == DType::kBF16 && cache_dtype == DType::kBF16 &&
+  plan.prefill = decode_ok && max_seqlen_q >= 2 && dtype == DType::kBF16 &&
+                 (cache_dtype == DType::kBF16 || cache_dtype == DType::kF8E4M3) &&
                  (prefill_env == nullptr || std::string_view(prefill_env) != "0") && prefill_smem > 0 &&
                  prefill_smem <= smem_optin_limit() && aligned(a.q) && (a.q_stride_row * q_elem) % 16 == 0 &&
                  (a.q_stride_head * q_elem) % 16 == 0;

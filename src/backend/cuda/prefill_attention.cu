@@ -21,6 +21,8 @@
 //
 // The grid enumerates tiles sequence by sequence; a block finds its (sequence, tile) with a
 // block-wide scan of ceil(q_len / 64) over the sequences (q_len == 1 sequences count 0 tiles).
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <mma.h>
 
 #include <cfloat>
@@ -38,6 +40,19 @@ constexpr int kTileWarps = 4;
 constexpr int kTileThreads = kTileWarps * 32;
 constexpr int kWarpRows = kTileRows / kTileWarps;  // 16: one wmma tile of rows
 static_assert(kWarpRows == 16);
+
+// Eight e4m3 bytes (lo: elements 0-3, hi: 4-7, low byte first) as eight T values, exactly.
+template <typename T>
+__device__ __forceinline__ uint4 widen_e4m3x8(uint32_t lo, uint32_t hi) {
+  alignas(16) T out[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t word = j < 4 ? lo : hi;
+    const auto bits = static_cast<__nv_fp8_storage_t>((word >> (8 * (j % 4))) & 0xffu);
+    out[j] = from_f32<T>(__half2float(__half(__nv_cvt_fp8_to_halfraw(bits, __NV_E4M3))));
+  }
+  return *reinterpret_cast<const uint4*>(out);
+}
 
 // Shared memory of one block for head dim D. Row pitches keep wmma's rules (16-bit ldm a multiple
 // of 8, f32 ldm a multiple of 4, fragment pointers 32-byte aligned) and skew rows across banks.
@@ -79,7 +94,11 @@ __device__ int block_inclusive_scan(int value, int* warp_totals, int& total) {
   return value + before;
 }
 
-template <typename T, int D>
+// kFp8: the caches hold e4m3 bytes (kv_fp8.cuh). Their values go to shared memory as T unscaled
+// (every e4m3 value is exact in bf16), and the scales multiply the scores (k_scale, with the softmax
+// scale) and the output rows (v_scale): the same products as scaling each element, with the tensor
+// cores' bf16 inputs still exact.
+template <typename T, int D, bool kFp8>
 __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) {
   using L = TileSmem<D>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -156,6 +175,10 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
   const int64_t block_size = a.k_layout.block_size;
   const T* k_cache = static_cast<const T*>(a.k_cache);
   const T* v_cache = static_cast<const T*>(a.v_cache);
+  const uint8_t* k_cache8 = static_cast<const uint8_t*>(a.k_cache);  // kFp8: one byte an element
+  const uint8_t* v_cache8 = static_cast<const uint8_t*>(a.v_cache);
+  const float score_scale = kFp8 ? a.scale * a.kv_format.k_scale : a.scale;
+  const float out_scale = kFp8 ? a.kv_format.v_scale : 1.0f;
   const int64_t key_tile_begin = block_end > block_begin ? block_begin / kTileKeys : 0;
   const int64_t key_tile_end = block_end > block_begin ? (block_end + kTileKeys - 1) / kTileKeys : 0;
 
@@ -179,8 +202,15 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
                               kv_head * a.k_layout.stride_head + piece * 8;
         const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot +
                               kv_head * a.v_layout.stride_head + piece * 8;
-        k_regs[u] = *reinterpret_cast<const uint4*>(k_cache + k_off);
-        v_regs[u] = *reinterpret_cast<const uint4*>(v_cache + v_off);
+        if constexpr (kFp8) {  // 8 e4m3 bytes in .x and .y; stash() widens them
+          const uint2 k8 = *reinterpret_cast<const uint2*>(k_cache8 + k_off);
+          const uint2 v8 = *reinterpret_cast<const uint2*>(v_cache8 + v_off);
+          k_regs[u] = make_uint4(k8.x, k8.y, 0, 0);
+          v_regs[u] = make_uint4(v8.x, v8.y, 0, 0);
+        } else {
+          k_regs[u] = *reinterpret_cast<const uint4*>(k_cache + k_off);
+          v_regs[u] = *reinterpret_cast<const uint4*>(v_cache + v_off);
+        }
       }
     }
   };
@@ -188,8 +218,13 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int i = tid + u * kTileThreads, j = i / kPieces, piece = i % kPieces;
-      *reinterpret_cast<uint4*>(k_s + j * L::kLdh + piece * 8) = k_regs[u];
-      *reinterpret_cast<uint4*>(v_s + j * L::kLdh + piece * 8) = v_regs[u];
+      if constexpr (kFp8) {
+        *reinterpret_cast<uint4*>(k_s + j * L::kLdh + piece * 8) = widen_e4m3x8<T>(k_regs[u].x, k_regs[u].y);
+        *reinterpret_cast<uint4*>(v_s + j * L::kLdh + piece * 8) = widen_e4m3x8<T>(v_regs[u].x, v_regs[u].y);
+      } else {
+        *reinterpret_cast<uint4*>(k_s + j * L::kLdh + piece * 8) = k_regs[u];
+        *reinterpret_cast<uint4*>(v_s + j * L::kLdh + piece * 8) = v_regs[u];
+      }
     }
   };
   if (kPrefetch && key_tile_begin < key_tile_end) fetch(key_tile_begin);
@@ -233,7 +268,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
       const int64_t key = key0 + half * 32 + i;
       float x = -INFINITY;
       if (row_valid && key >= row_range.begin && key < row_range.end) {
-        x = s_row[i] * a.scale;
+        x = s_row[i] * score_scale;
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
       }
       score[i] = x;
@@ -309,7 +344,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
     if (tile_row >= rows_in_tile) continue;
     const int64_t out_offset = (row_first + tile_row0 + tile_row) * a.out_stride_row + head * a.out_stride_head + d;
     const float inv_l = row_s[tile_row];
-    const float value = inv_l > 0.0f ? o_warp[r * L::kLdo + d] * inv_l : 0.0f;
+    const float value = inv_l > 0.0f ? o_warp[r * L::kLdo + d] * inv_l * out_scale : 0.0f;
     switch (a.out_dtype) {
       case DType::kBF16: static_cast<__nv_bfloat16*>(a.out)[out_offset] = __float2bfloat16_rn(value); break;
       case DType::kF16: static_cast<__half*>(a.out)[out_offset] = __float2half_rn(value); break;
@@ -318,27 +353,27 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kFp8>
 cudaError_t run_prefill(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int smem = TileSmem<D>::total_bytes;
   static const cudaError_t attribute =
-      cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      cudaFuncSetAttribute(prefill_kernel<T, D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attribute != cudaSuccess) return attribute;
   // Tiles: sum over sequences of ceil(q_len / 64) <= num_tokens / 64 + num_seqs.
   const int64_t max_tiles = (a.num_tokens + kTileRows - 1) / kTileRows + a.num_seqs;
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(a.num_heads));
-  prefill_kernel<T, D><<<grid, kTileThreads, smem, stream>>>(a);
+  prefill_kernel<T, D, kFp8><<<grid, kTileThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, bool kFp8>
 cudaError_t dispatch_head_dim(const AttentionArgs& a, cudaStream_t stream) {
   switch (a.k_layout.head_dim) {
-    case 16: return run_prefill<T, 16>(a, stream);
-    case 32: return run_prefill<T, 32>(a, stream);
-    case 64: return run_prefill<T, 64>(a, stream);
-    case 128: return run_prefill<T, 128>(a, stream);
-    case 256: return run_prefill<T, 256>(a, stream);
+    case 16: return run_prefill<T, 16, kFp8>(a, stream);
+    case 32: return run_prefill<T, 32, kFp8>(a, stream);
+    case 64: return run_prefill<T, 64, kFp8>(a, stream);
+    case 128: return run_prefill<T, 128, kFp8>(a, stream);
+    case 256: return run_prefill<T, 256, kFp8>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -358,8 +393,10 @@ int64_t prefill_attention_smem_bytes(int64_t head_dim) {
 
 cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0 || args.num_seqs == 0) return cudaSuccess;
-  if (dtype != DType::kBF16 || args.kv_format.cache_dtype != DType::kBF16) return cudaErrorInvalidValue;
-  return dispatch_head_dim<__nv_bfloat16>(args, stream);
+  if (dtype != DType::kBF16) return cudaErrorInvalidValue;
+  if (args.kv_format.cache_dtype == DType::kF8E4M3) return dispatch_head_dim<__nv_bfloat16, true>(args, stream);
+  if (args.kv_format.cache_dtype != DType::kBF16) return cudaErrorInvalidValue;
+  return dispatch_head_dim<__nv_bfloat16, false>(args, stream);
 }
 
 }  // namespace pagellm::cuda
