@@ -333,11 +333,28 @@ void Engine::run_loop() {
 }
 
 void Engine::step() {
-  // A grammar's next mask depends on the token the running step samples: commit it first.
-  if (num_constrained_live_ > 0 && !launched_.empty()) finish_oldest_step();
   const auto started = Clock::now();
   StepPlan plan = scheduler_->has_unfinished_requests() ? scheduler_->schedule() : StepPlan{};
-  if (num_constrained_live_ > 0) attach_token_masks(plan);
+  const bool has_masks = num_constrained_live_ > 0 && mark_constrained_rows(plan);
+  observe_queue_times(plan, started);
+  runner_->launch_forward(plan);  // an empty plan launches nothing (it drops finished requests' state)
+  // A grammar's mask needs the token the running step samples, the forward does not: that step is
+  // committed (its matchers advance) while this one's forward runs, then the masks go in.
+  if (has_masks) {
+    if (!launched_.empty()) finish_oldest_step();
+    attach_token_masks(plan);
+  }
+  runner_->launch_sampling(plan);
+  const bool launched = !plan.empty();
+  if (launched) launched_.push_back({std::move(plan), started});
+  // Async: the oldest step is committed once the next is queued behind it (or nothing more could
+  // be planned), so the device never waits for the host. A request that finishes at that commit
+  // (EOS, a stop string, its grammar's end) may have a row in the next step: that row runs and
+  // commit() drops it.
+  if (!launched_.empty() && (!async_scheduling_ || launched_.size() == 2 || !launched)) finish_oldest_step();
+}
+
+void Engine::observe_queue_times(const StepPlan& plan, Clock::time_point started) {
   for (const ScheduledRequest& row : plan.rows) {
     if (!row.is_new) continue;
     auto it = live_.find(row.request_id);
@@ -347,23 +364,30 @@ void Engine::step() {
       m.queue_time.observe(seconds_between(it->second->submitted, started));
     });
   }
-  runner_->launch(plan);  // an empty plan launches nothing (it drops finished requests' state)
-  const bool launched = !plan.empty();
-  if (launched) launched_.push_back({std::move(plan), started});
-  // Async: the oldest step is committed once the next is queued behind it (or nothing more could
-  // be planned), so the device never waits for the host. A stop string found while publishing
-  // finishes its request after the next step was planned: that row runs and commit() drops it.
-  if (!launched_.empty() && (!async_scheduling_ || launched_.size() == 2 || !launched)) finish_oldest_step();
+}
+
+bool Engine::mark_constrained_rows(StepPlan& plan) const {
+  // Every sampling row of a request with a grammar, whatever its matcher's state: whether the
+  // reasoning ends or the grammar terminates at the running step is known only at its commit.
+  bool any = false;
+  for (ScheduledRequest& row : plan.rows) {
+    if (!row.is_sampling) continue;
+    const auto it = live_.find(row.request_id);
+    row.needs_token_mask = it != live_.end() && it->second->matcher != nullptr;
+    any = any || row.needs_token_mask;
+  }
+  return any;
 }
 
 void Engine::attach_token_masks(StepPlan& plan) {
   const size_t words = static_cast<size_t>((model_->config().vocab_size + 31) / 32);
   std::vector<std::pair<ScheduledRequest*, structured::GrammarMatcher*>> constrained;
   for (ScheduledRequest& row : plan.rows) {
-    if (!row.is_sampling) continue;
+    if (!row.needs_token_mask) continue;
     const auto it = live_.find(row.request_id);
-    // A finished grammar (its stop token accepted, ignore_eos set) constrains nothing more, and one
-    // that waits for the reasoning's end nothing yet.
+    // No mask (all ones): a request that finished at the commit just made (its row runs, commit()
+    // drops it), a finished grammar (its stop token accepted, ignore_eos set) that constrains
+    // nothing more, or one that waits for the reasoning's end and constrains nothing yet.
     if (it == live_.end() || !it->second->grammar_applies()) continue;
     constrained.emplace_back(&row, it->second->matcher.get());
   }

@@ -1,13 +1,16 @@
 // Engine: the only thread-safe class. HTTP threads (or the offline API) submit requests and read
 // their OutputChannels; one engine thread owns the scheduler, the KV cache and the model:
 //
-//   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ runner.launch(plan)
+//   loop:  drain inbox (submit / abort) ─▶ plan = scheduler.schedule() ─▶ runner.launch_forward(plan)
+//          ─▶ [grammar rows: commit the running step, fill their masks] ─▶ runner.launch_sampling(plan)
 //          ─▶ oldest step done? result = runner.finish(it) ─▶ updates = scheduler.commit(it, result)
-//          ─▶ publish(updates): detokenize, stop strings, channels
+//          ─▶ publish(updates): detokenize, stop strings, grammar matchers, channels
 //
 // With async scheduling (the default on GPUs) a step is committed only once the next one is
 // queued behind it, so the host plans, packs and publishes while the device computes: the next
 // step's decode inputs are the ids the running step samples, moved on the device (ModelRunner).
+// A step with structured-output rows is committed earlier, once the next step's forward is
+// queued: the masks of the next step need its tokens, and go in before that step's sampling.
 // Without it (the CPU default, --no-async-scheduling) each step is committed right after launch.
 #pragma once
 
@@ -40,8 +43,8 @@ struct GenerateRequest {
   bool skip_special_tokens = true;     // in the streamed text
   bool include_stop_string = false;    // the matched stop string, or a stop token's text, stays in the text
   // Structured outputs: the generated text must match this grammar (Engine::grammar_compiler() made
-  // it); each step masks the tokens that would leave it. Requests with one run without planning
-  // ahead (their mask needs the token the running step samples).
+  // it); each step masks the tokens that would leave it. With async scheduling the mask of a step is
+  // filled after the step before is committed, while its forward runs (Engine::step).
   std::shared_ptr<const structured::CompiledGrammar> grammar;
   // Reasoning first (vLLM's structured outputs with a reasoning parser): the grammar applies only
   // after the output holds this token sequence (the end of the reasoning, e.g. </think>), from the
@@ -99,7 +102,13 @@ class Engine {
   // Stores a step's prompt_logprobs with their requests until their first output goes out.
   void keep_prompt_logprobs(const StepResult& result);
   void end_request(RequestId id, FinishReason reason, Status error);
-  // Gives each sampling row of a constrained request the mask of its grammar's next tokens.
+  // Records the queue time of requests admitted for the first time by this plan.
+  void observe_queue_times(const StepPlan& plan, std::chrono::steady_clock::time_point started);
+  // Marks the sampling rows of requests with a grammar (ScheduledRequest::needs_token_mask), so the
+  // runner lays out their masks before they exist; true when it marked any.
+  bool mark_constrained_rows(StepPlan& plan) const;
+  // Gives each marked row whose grammar applies the mask of its grammar's next tokens; every step
+  // that sampled for the request before is committed.
   void attach_token_masks(StepPlan& plan);
 
   EngineConfig config_;
@@ -134,7 +143,7 @@ class Engine {
   };
   std::deque<LaunchedStep> launched_;  // launched, not committed: at most 2 (async) or 1
   bool async_scheduling_ = false;
-  int num_constrained_live_ = 0;  // live requests with a grammar: while any, steps run synchronously
+  int num_constrained_live_ = 0;  // live requests with a grammar: while none, no row is marked
   std::once_flag grammar_once_;
   std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;
   Status grammar_error_;

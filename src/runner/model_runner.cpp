@@ -43,7 +43,7 @@ bool has_penalties(const SamplingParams& p) { return p.needs_token_history(); }
 // and structured-output masks change the copy, while logprobs keep reading the raw row (as vLLM's
 // raw logprobs).
 bool uses_penalised_copy(const ScheduledRequest& row) {
-  return has_penalties(*row.sampling) || !row.sampling->logit_bias.empty() || row.token_mask != nullptr;
+  return has_penalties(*row.sampling) || !row.sampling->logit_bias.empty() || row.needs_token_mask;
 }
 
 // The top entries a row asks for, as the device returns them (spec/serving.md allows 20; the
@@ -81,7 +81,9 @@ bool graphs_allowed_by_env() {
 // filled on the device by Backend::copy_ids: pair (i32 index into this buffer, index into the
 // previous step's sampled ids). The offsets of the first nine parts depend only on (G, T, B, R, W): a
 // graph captured for a decode bucket (T = B = R) finds its inputs at the same device addresses on
-// every replay; the rest are read only by ops that run before or after it.
+// every replay; the rest are read only by ops that run before or after it. The mask rows and masks
+// come last: launch_forward() copies everything before them, launch_sampling() them (the host
+// fills the masks while the forward runs).
 //
 // Sampled ids on the device, [R + P] i32: ids[r] for sampling row r (argmax, or Backend::sample's
 // draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
@@ -129,6 +131,8 @@ struct ModelRunner::StepLayout {
     total_bytes = align16(masks + static_cast<size_t>(4 * m * words));
   }
   int64_t num_ids() const { return num_logits_rows + num_penalised; }
+  // Bytes launch_forward() copies: all but the mask rows and masks.
+  size_t forward_bytes() const { return num_masks > 0 ? mask_rows : total_bytes; }
   int64_t num_forward_rows() const { return num_logits_rows + num_prompt_rows; }  // logits the forward computes
 };
 
@@ -141,6 +145,7 @@ struct ModelRunner::StepSlot {
   std::optional<StepLayout> layout;
   uint64_t step_index = 0;
   uint64_t done_mark = 0;  // Backend::mark() after the step's last queued op
+  bool is_sampling_launched = false;  // launch_sampling() has queued the step's second half
   // Where the id each sampling request gets in this step lands in sampled_ids_: the next step's
   // placeholders read it there.
   std::unordered_map<RequestId, int32_t> id_index;
@@ -254,7 +259,6 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   int32_t* placeholders = reinterpret_cast<int32_t*>(base + layout.placeholders);
   int32_t* bias_entries = reinterpret_cast<int32_t*>(base + layout.bias_entries);
   int32_t* mask_rows = reinterpret_cast<int32_t*>(base + layout.mask_rows);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(base + layout.masks);
   int64_t num_bias_entries = 0, num_masks = 0;
   const int64_t width = layout.table_width;
   int32_t token = 0, sampling_row = 0, penalised_row = 0, logprob_row = 0, history_ids = 0, num_placeholders = 0;
@@ -328,14 +332,7 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
         entry[1] = token_id;
         std::memcpy(&entry[2], &bias, sizeof(bias));
       }
-      if (row.token_mask) {
-        CHECK_MSG(static_cast<int64_t>(row.token_mask->size()) >= layout.mask_words,
-                  "[runner] request {}: a token mask of {} words, the vocabulary needs {}", row.request_id, row.token_mask->size(),
-                  layout.mask_words);
-        mask_rows[num_masks] = penalised_row;
-        std::memcpy(masks + num_masks * layout.mask_words, row.token_mask->data(), 4 * layout.mask_words);
-        ++num_masks;
-      }
+      if (row.needs_token_mask) mask_rows[num_masks++] = penalised_row;  // its mask: pack_masks()
       id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
     } else {
       sample_params[sampling_row] = device_sample_params(row);
@@ -370,13 +367,39 @@ TensorView ModelRunner::device_staging(const StepSlot& slot) const {
   return backend_.device() == Device::kCpu ? slot.staging_host.view() : staging_.view();
 }
 
+void ModelRunner::pack_masks(const StepPlan& plan, const StepLayout& layout, StepSlot& slot) const {
+  uint32_t* masks = reinterpret_cast<uint32_t*>(slot.staging_host.ptr<char>() + layout.masks);
+  const size_t words = static_cast<size_t>(layout.mask_words);
+  int64_t num_masks = 0;
+  for (const ScheduledRequest& row : plan.rows) {
+    CHECK_MSG(!row.token_mask || row.needs_token_mask, "[runner] request {} has a token mask but its row was not marked",
+              row.request_id);
+    if (!row.is_sampling || !row.needs_token_mask) continue;  // pack()'s order of mask rows
+    uint32_t* mask = masks + static_cast<size_t>(num_masks++) * words;
+    if (!row.token_mask) {
+      std::fill(mask, mask + words, ~uint32_t{0});
+      continue;
+    }
+    CHECK_MSG(row.token_mask->size() >= words, "[runner] request {}: a token mask of {} words, the vocabulary needs {}",
+              row.request_id, row.token_mask->size(), words);
+    std::copy_n(row.token_mask->data(), words, mask);
+  }
+  CHECK(num_masks == layout.num_masks);
+}
+
 void ModelRunner::upload(const StepLayout& layout, const StepSlot& slot) {
-  const int64_t bytes = static_cast<int64_t>(layout.total_bytes);
+  const int64_t bytes = static_cast<int64_t>(layout.forward_bytes());
   if (backend_.device() != Device::kCpu)
     backend_.copy(staging_.view().slice_rows(0, bytes), slot.staging_host.view().slice_rows(0, bytes));
   if (layout.num_placeholders == 0) return;
-  backend_.copy_ids(staged(slot, 0, {bytes / 4}, DType::kI32),  // the whole layout as i32
+  backend_.copy_ids(staged(slot, 0, {bytes / 4}, DType::kI32),  // the layout up to the masks as i32
                     sampled_ids_.view(), staged(slot, layout.placeholders, {layout.num_placeholders, 2}, DType::kI32));
+}
+
+void ModelRunner::upload_masks(const StepLayout& layout, const StepSlot& slot) {
+  if (backend_.device() == Device::kCpu) return;  // the CPU reads the host staging itself
+  const int64_t begin = static_cast<int64_t>(layout.forward_bytes()), end = static_cast<int64_t>(layout.total_bytes);
+  backend_.copy(staging_.view().slice_rows(begin, end), slot.staging_host.view().slice_rows(begin, end));
 }
 
 StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& slot, int32_t max_seqlen_q,
@@ -431,13 +454,14 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
   return it->second;
 }
 
-void ModelRunner::launch(const StepPlan& plan) {
-  for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
-  if (state_slots_) state_slots_->bind(plan);
-  if (plan.empty()) return;
-  CHECK_MSG(num_launched_ < 2, "[runner] launch() of a third step before finish() of the first");
-  StepSlot& slot = *slots_[(oldest_launched_ + num_launched_) % 2];
-  const StepSlot* previous = num_launched_ > 0 ? slots_[(oldest_launched_ + num_launched_ - 1) % 2].get() : nullptr;
+// The plan's layout, and the attention bounds its forward is planned with.
+struct ModelRunner::ForwardShape {
+  StepLayout layout;
+  int32_t max_seqlen_q = 0, max_seqlen_k = 0;
+  bool replays_graph = false;  // a decode-only step of a graph bucket
+};
+
+ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const {
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
   const int64_t num_sampling = plan.num_sampling_rows();
   int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0,
@@ -456,7 +480,7 @@ void ModelRunner::launch(const StepPlan& plan) {
       ++num_penalised;
       num_history_ids += static_cast<int64_t>(row.history_token_ids.size());
       num_bias_entries += static_cast<int64_t>(row.sampling->logit_bias.size());
-      num_masks += row.token_mask ? 1 : 0;
+      num_masks += row.needs_token_mask ? 1 : 0;
     }
     if (row.sampling->num_logprobs.has_value()) ++num_logprob_rows;
   }
@@ -471,19 +495,50 @@ void ModelRunner::launch(const StepPlan& plan) {
   CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a decode-only step with prompt_logprobs rows");
   if (num_bias_entries + num_masks > 0)
     layout.add_constraints(num_bias_entries, num_masks, (model_.config().vocab_size + 31) / 32);
+  return ForwardShape{layout, max_seqlen_q, max_seqlen_k, bucket > 0};
+}
+
+void ModelRunner::launch_forward(const StepPlan& plan) {
+  for (RequestId id : plan.finished_request_ids) drawn_seeds_.erase(id);
+  if (state_slots_) state_slots_->bind(plan);
+  if (plan.empty()) return;
+  CHECK_MSG(num_launched_ < 2, "[runner] launch_forward() of a third step before finish() of the first");
+  const StepSlot* previous = num_launched_ > 0 ? &newest_launched() : nullptr;
+  // This step's placeholders read the previous step's sampled ids, so its sampling is queued first.
+  CHECK_MSG(!previous || previous->is_sampling_launched, "[runner] launch_forward() of step {} before launch_sampling() of step {}",
+            plan.step_index, previous ? previous->step_index : 0);
+  StepSlot& slot = *slots_[(oldest_launched_ + num_launched_) % 2];
+  const ForwardShape shape = forward_shape(plan);
+  const StepLayout& layout = shape.layout;
   reserve(layout, slot);
   pack(plan, layout, slot, previous);
   upload(layout, slot);
-  if (bucket > 0) {
+  if (shape.replays_graph) {
     run_decode_graph(layout, slot);
   } else {
-    forward_and_argmax(device_batch(layout, slot, max_seqlen_q, max_seqlen_k), num_sampling);
+    forward_and_argmax(device_batch(layout, slot, shape.max_seqlen_q, shape.max_seqlen_k), plan.num_sampling_rows());
   }
-  if (num_sampling > 0) sample_after_forward(plan, layout, slot);
-  queue_read_back(layout, slot);
   slot.layout = layout;
   slot.step_index = plan.step_index;
+  slot.is_sampling_launched = false;
   ++num_launched_;
+}
+
+void ModelRunner::launch_sampling(const StepPlan& plan) {
+  if (plan.empty()) return;
+  CHECK_MSG(num_launched_ > 0, "[runner] launch_sampling() without launch_forward()");
+  StepSlot& slot = newest_launched();
+  CHECK_MSG(slot.step_index == plan.step_index && !slot.is_sampling_launched,
+            "[runner] launch_sampling() of step {}, but the step awaiting its sampling is {}", plan.step_index,
+            slot.is_sampling_launched ? int64_t{-1} : static_cast<int64_t>(slot.step_index));
+  const StepLayout& layout = *slot.layout;
+  if (layout.num_masks > 0) {
+    pack_masks(plan, layout, slot);
+    upload_masks(layout, slot);
+  }
+  if (plan.num_sampling_rows() > 0) sample_after_forward(plan, layout, slot);
+  queue_read_back(layout, slot);
+  slot.is_sampling_launched = true;
 }
 
 void ModelRunner::run_decode_graph(const StepLayout& layout, const StepSlot& slot) {
@@ -534,6 +589,7 @@ StepResult ModelRunner::finish(const StepPlan& plan) {
   StepSlot& slot = *slots_[oldest_launched_];
   CHECK_MSG(slot.step_index == plan.step_index, "[runner] finish() of step {} but step {} was launched first",
             plan.step_index, slot.step_index);
+  CHECK_MSG(slot.is_sampling_launched, "[runner] finish() of step {} before launch_sampling()", plan.step_index);
   oldest_launched_ = (oldest_launched_ + 1) % 2;
   --num_launched_;
   backend_.wait_for(slot.done_mark);  // also frees the slot's staging for the next launch

@@ -42,13 +42,24 @@ class ModelRunner {
               std::optional<DType> kv_dtype = std::nullopt);
   ~ModelRunner();
 
-  // One step: launch() packs the inputs, makes the one host-to-device copy and queues the forward,
-  // the sampling ops and the copy of their ids to the host (the CPU backend runs them right here);
-  // finish() waits for that copy and returns the sampled tokens. At most two steps are launched and
-  // not finished; finish() takes them in launch order. An empty plan launches nothing (it only
-  // drops the state of finished requests) and finishes with no tokens. execute() is launch() then
-  // finish().
-  void launch(const StepPlan& plan);
+  // One step: launch_forward() packs the inputs, makes the host-to-device copy of all of them but
+  // the token masks and queues the forward (the CPU backend runs it right here); launch_sampling()
+  // copies the masks over and queues the sampling ops and the copy of their ids to the host;
+  // finish() waits for that copy and returns the sampled tokens. Between the two halves the host
+  // may commit the step before (async scheduling): a grammar's mask needs the token that step
+  // samples, the forward does not. A sampling row marked needs_token_mask samples under its
+  // token_mask, filled in between; a marked row left without one gets an all-ones mask (a grammar
+  // that waits for the reasoning's end, or has ended). At most two steps are launched and not
+  // finished; a step's sampling is launched before the next step's forward (which may read its
+  // ids), and finish() takes them in launch order. An empty plan launches nothing (it only drops
+  // the state of finished requests) and finishes with no tokens. launch() is both halves at once;
+  // execute() is launch() then finish().
+  void launch_forward(const StepPlan& plan);
+  void launch_sampling(const StepPlan& plan);
+  void launch(const StepPlan& plan) {
+    launch_forward(plan);
+    launch_sampling(plan);
+  }
   StepResult finish(const StepPlan& plan);
   StepResult execute(const StepPlan& plan) {
     launch(plan);
@@ -83,8 +94,13 @@ class ModelRunner {
  private:
   struct StepLayout;
   struct StepSlot;
+  struct ForwardShape;
   std::unique_ptr<StepSlot> slots_[2];
   int oldest_launched_ = 0, num_launched_ = 0;  // launched slots: oldest_launched_, then the other
+  StepSlot& newest_launched() { return *slots_[(oldest_launched_ + num_launched_ - 1) % 2]; }
+  // The layout of a plan's inputs and the attention bounds of its forward (a decode graph's bucket
+  // when it replays one).
+  ForwardShape forward_shape(const StepPlan& plan) const;
   // Packs the plan into `slot`'s host staging buffer with `layout` (rows past the plan are padding).
   // Placeholders become copy_ids pairs that read the ids of the step in `previous` (may be null).
   void pack(const StepPlan& plan, const StepLayout& layout, StepSlot& slot, const StepSlot* previous);
@@ -96,8 +112,12 @@ class ModelRunner {
   TensorView device_staging(const StepSlot& slot) const;
   StepBatch device_batch(const StepLayout& layout, const StepSlot& slot, int32_t max_seqlen_q,
                          int32_t max_seqlen_k) const;
-  // Copies the packed inputs to the device and patches the placeholders there.
+  // Writes the plan's token masks into `slot`'s staging (all ones for a marked row without one).
+  void pack_masks(const StepPlan& plan, const StepLayout& layout, StepSlot& slot) const;
+  // Copies the packed inputs but the masks to the device and patches the placeholders there;
+  // upload_masks() copies the rest.
   void upload(const StepLayout& layout, const StepSlot& slot);
+  void upload_masks(const StepLayout& layout, const StepSlot& slot);
   // The graph of a decode bucket: replays it, or runs the step eagerly and captures it.
   void run_decode_graph(const StepLayout& layout, const StepSlot& slot);
   // What Backend::sample gets for a sampling row: its knobs and the uniform of draw

@@ -53,8 +53,12 @@ struct ScheduledRequest {
   int num_output_tokens = 0;          // generated before this step; a counter-based RNG keyed by
                                       // (seed, num_output_tokens) stays batch- and preemption-invariant
   std::shared_ptr<const SamplingParams> sampling;  // never null
-  // Structured outputs: the tokens this row may sample ([ceil(vocab / 32)] words, bit v % 32 of word
-  // v / 32), set by the engine from the request's grammar after schedule(); null = any token.
+  // Structured outputs: a sampling row of a request with a grammar. Marked when the step is planned,
+  // so the runner lays out its mask before the mask exists: the engine fills token_mask only after
+  // the step before is committed (its token moves the grammar), while this step's forward runs.
+  bool needs_token_mask = false;
+  // The tokens a marked row may sample ([ceil(vocab / 32)] words, bit v % 32 of word v / 32), set by
+  // the engine from the request's grammar; null = any token (all ones for a marked row).
   std::shared_ptr<const std::vector<uint32_t>> token_mask;
   // Prompt + outputs so far (= all tokens of the request), filled only on sampling rows whose
   // params need it (penalties: sampling->needs_token_history()); empty otherwise.

@@ -2,6 +2,7 @@
 // constrained answer parses and keeps its schema, ends with "stop", and tool_choice required / named
 // give calls whose arguments parse and match the function's parameters; logit_bias steers greedy
 // decoding; bad constraints are 400s naming their field.
+#include <future>
 #include <regex>
 #include <string>
 #include <vector>
@@ -219,6 +220,49 @@ TEST_F(ServeStructuredTest, BadConstraintsAreBadRequests) {
   EXPECT_EQ(error["param"], "logit_bias");
   error = refused({{"response_format", {{"type", "yaml"}}}});
   EXPECT_EQ(error["param"], "response_format.type");
+}
+
+// Async scheduling (the GPU default) fills a step's masks while its forward runs, after the step
+// before is committed: concurrent constrained requests get the answers they get without it.
+TEST(ServeStructuredAsyncTest, AsyncSchedulingGivesTheSyncAnswers) {
+  const std::vector<json> bodies = {
+      chat("A person, please", {{"seed", 1}, {"response_format", {{"type", "json_schema"},
+                                                                  {"json_schema", {{"name", "person"}, {"schema", kPersonSchema}}}}}}),
+      chat("Another person", {{"seed", 2}, {"response_format", {{"type", "json_schema"},
+                                                                {"json_schema", {{"name", "person"}, {"schema", kPersonSchema}}}}}}),
+      chat("Anything", {{"seed", 3}, {"tools", kTools}, {"tool_choice", "required"}}),
+      chat("Weather?", {{"seed", 4}, {"tools", kTools},
+                        {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}),
+      chat("Free text", {{"seed", 5}, {"max_tokens", 30}}),
+  };
+  // The content and the calls (names and arguments; their ids are random) of each answer, sent all at once.
+  auto answers = [&](int port) {
+    std::vector<std::future<HttpResult>> pending;
+    for (const json& body : bodies)
+      pending.push_back(std::async(std::launch::async, [=] { return http_post_json(port, "/v1/chat/completions", body); }));
+    std::vector<json> out;
+    for (auto& result : pending) {
+      const HttpResult r = result.get();
+      EXPECT_EQ(r.status, 200) << r.body;
+      json message = r.json()["choices"][0]["message"];
+      json calls = json::array();
+      for (const json& call : message.value("tool_calls", json::array())) calls.push_back(call["function"]);
+      out.push_back({{"content", message["content"]}, {"calls", calls}, {"finish", r.json()["choices"][0]["finish_reason"]}});
+    }
+    return out;
+  };
+  ServeProcess sync({"--no-async-scheduling"});
+  ServeProcess async({"--async-scheduling"});
+  ASSERT_TRUE(sync.ready() && async.ready());
+  const std::vector<json> want = answers(sync.port()), got = answers(async.port());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i]["finish"], "stop");
+    expect_person(json::parse(got[i]["content"].get<std::string>(), nullptr, false));
+  }
+  EXPECT_EQ(got[2]["finish"], "tool_calls");
+  EXPECT_FALSE(got[2]["calls"].empty());
 }
 
 }  // namespace
