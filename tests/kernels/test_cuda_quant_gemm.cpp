@@ -82,14 +82,14 @@ std::vector<QuantCase> all_cases(Backend& gpu, Rng& rng) {
   cases.push_back(fp8_case(gpu, 5, 24, 128, 128, rng));      // K < one step
   cases.push_back(fp8_case(gpu, 40, 96, 128, 16, rng));      // block_k 16: dequantization path
   cases.push_back(fp8_case(gpu, 24, 100, 128, 128, rng));    // K % 8 != 0: dequantization path
-  cases.push_back(fp8_case(gpu, 64, 8192, 128, 128, rng));   // 16 warps of 2 steps
+  cases.push_back(fp8_case(gpu, 64, 8192, 128, 128, rng));   // 16 warps of 8 steps, 4 batches each
   cases.push_back(fp8_case(gpu, 19, 8200, 128, 128, rng));   // 8-byte pieces, 16 warps, a partial last block
   cases.push_back(int4_case(gpu, 200, 384, 128, rng));       // 16-byte pieces
   cases.push_back(int4_case(gpu, 70, 320, 64, rng));         // 8-byte pieces
   cases.push_back(int4_case(gpu, 200, 320, 32, rng));        // 4-byte pieces
   cases.push_back(int4_case(gpu, 9, 64, 8, rng));            // group 8: dequantization path
-  cases.push_back(int4_case(gpu, 72, 8192, 128, rng));       // 8 warps
-  cases.push_back(int4_case(gpu, 17, 12288, 32, rng));       // 4-byte pieces, 12 rounds of loads
+  cases.push_back(int4_case(gpu, 72, 8192, 128, rng));       // 16 warps of 2 batches
+  cases.push_back(int4_case(gpu, 17, 12288, 32, rng));       // 4-byte pieces, 6 batches of loads per warp
   return cases;
 }
 

@@ -27,9 +27,13 @@
 //   match with one byte_perm each.
 //   C lane (g, t) holds out[g, n0 + 2t] and out[g, n0 + 2t + 1]: the scales of those two columns.
 //
-// Split K, launch geometry and batch invariance as gemv.cu: grid = ceil(N / 8) blocks, warps take
-// contiguous ranges of steps (their number depends on K only), partial sums added in warp order.
-// Each lane has kBytesInFlight = 128 bytes of W loaded before its first conversion.
+// Split K, launch geometry and batch invariance as gemv.cu: a block owns kTiles tiles of 8 rows of W
+// (grid = ceil(N / (8 kTiles))), warps take contiguous ranges of steps (their number depends on K
+// only), partial sums added in warp order. A warp's kTiles W pieces of a step share the step's x
+// (the x bytes a lane loads are 2x (fp8) or 4x (int4) its W bytes per tile, so sharing them is what
+// leaves registers for more W in flight). Each batch of kSteps steps issues all its loads (W, x,
+// scales, zero points) before the first conversion: one memory latency per batch, where loading x
+// and the scales inside the conversion loop made each step wait for its own.
 #include <cuda_fp8.h>
 
 #include <cstring>
@@ -42,7 +46,6 @@ namespace {
 
 constexpr int kTileRows = 8;         // rows of W (columns of out) per block: the mma's N
 constexpr int kMaxWarps = 16;        // split-K warps per block
-constexpr int kBytesInFlight = 128;  // bytes of W a lane loads before it converts the first
 
 template <QuantFormat F>
 constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
@@ -156,21 +159,20 @@ struct Piece {
   uint32_t x[kPairs];
   uint32_t w[kPairs];
 
-  // x_piece: kElems elements of x (16-byte aligned), or null for zeros.
-  __device__ __forceinline__ void load_x(const T* x_piece) {
+  // v: kElems elements of x as loaded (zeros outside the product).
+  __device__ __forceinline__ void set_x(const uint4 (&v)[kElems / 8]) {
 #pragma unroll
     for (int j = 0; j < kElems / 8; ++j) {
-      const uint4 v = x_piece ? __ldg(reinterpret_cast<const uint4*>(x_piece) + j) : make_uint4(0, 0, 0, 0);
       if constexpr (F == QuantFormat::kFp8Block) {  // pairs (2p, 2p + 1): as loaded
-        x[4 * j] = v.x;
-        x[4 * j + 1] = v.y;
-        x[4 * j + 2] = v.z;
-        x[4 * j + 3] = v.w;
+        x[4 * j] = v[j].x;
+        x[4 * j + 1] = v[j].y;
+        x[4 * j + 2] = v[j].z;
+        x[4 * j + 3] = v[j].w;
       } else {  // pairs (8j + p, 8j + p + 4): low halves of (v.x, v.z), high halves, then (v.y, v.w)
-        x[4 * j] = __byte_perm(v.x, v.z, 0x5410);
-        x[4 * j + 1] = __byte_perm(v.x, v.z, 0x7632);
-        x[4 * j + 2] = __byte_perm(v.y, v.w, 0x5410);
-        x[4 * j + 3] = __byte_perm(v.y, v.w, 0x7632);
+        x[4 * j] = __byte_perm(v[j].x, v[j].z, 0x5410);
+        x[4 * j + 1] = __byte_perm(v[j].x, v[j].z, 0x7632);
+        x[4 * j + 2] = __byte_perm(v[j].y, v[j].w, 0x5410);
+        x[4 * j + 3] = __byte_perm(v[j].y, v[j].w, 0x7632);
       }
     }
   }
@@ -192,73 +194,103 @@ struct Piece {
   }
 };
 
-template <typename T, QuantFormat F, int kLaneBytes>
+// kTiles tiles of 8 rows of W per warp (and per block) share each x load; kSteps steps per batch.
+template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kSteps>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
                       int m, int64_t steps_per_warp) {
   using P = Piece<T, F, kLaneBytes>;
   constexpr int kElems = P::kElems;
   constexpr int64_t kStepK = 4 * kElems;
-  constexpr int kUnroll = kBytesInFlight / kLaneBytes;
-  __shared__ float partial[kMaxWarps][kTileRows][kTileRows];  // [warp][m][n - n0]
+  constexpr int kBlockRows = kTileRows * kTiles;
+  __shared__ float partial[kMaxWarps][kTileRows][kBlockRows];  // [warp][m][n - n0]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
-  const bool w_row_ok = n0 + g < wq.n;  // the last tile of an N that is not a multiple of 8
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const bool x_row_ok = g < m;
   const int64_t row_bytes = wq.k / kElemsPerByte<F>;
-  const uint8_t* w_lane = static_cast<const uint8_t*>(wq.data) + (w_row_ok ? (n0 + g) * row_bytes : 0) + t * kLaneBytes;
   const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
   const int64_t total_steps = (wq.k + kStepK - 1) / kStepK;
   const int64_t first_step = warp * steps_per_warp;
-  // The scale rows of this lane's two output columns (null past N), and its W row's zero points.
   const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
-  const int64_t col0 = n0 + 2 * t, col1 = col0 + 1;
-  const float* scale0 = col0 < wq.n ? wq.scales + (col0 / wq.block_n) * k_blocks : nullptr;
-  const float* scale1 = col1 < wq.n ? wq.scales + (col1 / wq.block_n) * k_blocks : nullptr;
-  const uint8_t* zero_row = (F == QuantFormat::kInt4 && w_row_ok) ? wq.zeros + (n0 + g) * k_blocks : nullptr;
+  // Per tile j: this lane's W row n0 + 8 j + g (null past N), the scale rows of its two output
+  // columns n0 + 8 j + 2 t (+ 1) (null past N) and its W row's zero points.
+  const uint8_t* w_lane[kTiles];
+  const float* scale0[kTiles];
+  const float* scale1[kTiles];
+  const uint8_t* zero_row[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int64_t row = n0 + kTileRows * j + g, col0 = n0 + kTileRows * j + 2 * t, col1 = col0 + 1;
+    w_lane[j] = row < wq.n ? static_cast<const uint8_t*>(wq.data) + row * row_bytes + t * kLaneBytes : nullptr;
+    scale0[j] = col0 < wq.n ? wq.scales + (col0 / wq.block_n) * k_blocks : nullptr;
+    scale1[j] = col1 < wq.n ? wq.scales + (col1 / wq.block_n) * k_blocks : nullptr;
+    zero_row[j] = (F == QuantFormat::kInt4 && row < wq.n) ? wq.zeros + row * k_blocks : nullptr;
+  }
 
-  float c0 = 0.0f, c1 = 0.0f;
-  for (int64_t i = 0; i < steps_per_warp; i += kUnroll) {
-    uint32_t raw[kUnroll][P::kWords];
-    // All loads of W first: kBytesInFlight bytes per lane in flight before the first conversion.
+  float c0[kTiles], c1[kTiles];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k0 = (first_step + i + u) * kStepK;
-      const bool in_range = i + u < steps_per_warp && k0 + kElems * t < wq.k;  // k % kElems == 0: all in or out
-      if (in_range && w_row_ok) {
-        load_piece<kLaneBytes>(w_lane + k0 / kElemsPerByte<F>, raw[u]);
-      } else {
+  for (int j = 0; j < kTiles; ++j) c0[j] = c1[j] = 0.0f;
+  for (int64_t i = 0; i < steps_per_warp; i += kSteps) {
+    // Every load of the batch first (W, x, scales, zero points): one memory latency per batch, not a
+    // dependent x / scale load per step. W is kSteps * kTiles * kLaneBytes bytes a lane.
+    uint32_t raw[kSteps][kTiles][P::kWords];
+    uint4 xv[kSteps][kElems / 8];
+    float s0[kSteps][kTiles], s1[kSteps][kTiles];
+    uint32_t zero[kSteps][kTiles];
 #pragma unroll
-        for (int j = 0; j < P::kWords; ++j) raw[u][j] = 0u;
+    for (int u = 0; u < kSteps; ++u) {
+      const int64_t step = first_step + i + u;
+      const bool step_ok = i + u < steps_per_warp && step < total_steps;
+      const int64_t k0 = step * kStepK;
+      const bool piece_ok = step_ok && k0 + kElems * t < wq.k;  // k % kElems == 0: all in or out
+      const int64_t block = step_ok ? k0 / wq.block_k : 0;      // the step's scale block (one)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        if (piece_ok && w_lane[j] != nullptr) {
+          load_piece<kLaneBytes>(w_lane[j] + k0 / kElemsPerByte<F>, raw[u][j]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < P::kWords; ++q) raw[u][j][q] = 0u;
+        }
+        s0[u][j] = step_ok && scale0[j] != nullptr ? __ldg(scale0[j] + block) : 0.0f;
+        s1[u][j] = step_ok && scale1[j] != nullptr ? __ldg(scale1[j] + block) : 0.0f;
+        zero[u][j] = step_ok && zero_row[j] != nullptr ? static_cast<uint32_t>(__ldg(zero_row[j] + block)) : 0u;
+      }
+      // Zero x outside the product: W's converted zeros are (0 - zero) there, x = 0 cancels them.
+#pragma unroll
+      for (int v = 0; v < kElems / 8; ++v) {
+        xv[u][v] = piece_ok && x_row_ok ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0) + v)
+                                        : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t step = first_step + i + u;
-      if (i + u >= steps_per_warp || step >= total_steps) break;  // warp-uniform, as mma.sync requires
-      const int64_t k0 = step * kStepK;
-      const bool piece_ok = x_row_ok && k0 + kElems * t < wq.k;
-      const int64_t block = k0 / wq.block_k;  // the step's scale block (one: quant_gemv_lane_bytes)
+    for (int u = 0; u < kSteps; ++u) {
+      if (i + u >= steps_per_warp || first_step + i + u >= total_steps) break;  // warp-uniform, as mma.sync requires
       P piece;
-      // Zero x outside the product: W's converted zeros are (0 - zero) there, x = 0 cancels them.
-      piece.load_x(piece_ok ? x_lane + k0 : nullptr);
-      piece.convert_w(raw[u], zero_row ? static_cast<uint32_t>(__ldg(zero_row + block)) : 0u);
-      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      piece.set_x(xv[u]);
 #pragma unroll
-      for (int r = 0; r < kElems / 4; ++r)
-        mma_16816<T>(sums, piece.x[2 * r], piece.x[2 * r + 1], piece.w[2 * r], piece.w[2 * r + 1]);
-      // sums[0..1]: out[g, col0], out[g, col1] of this step; sums[2..3] are A's zero rows 8..15.
-      c0 = fmaf(sums[0], scale0 ? __ldg(scale0 + block) : 0.0f, c0);
-      c1 = fmaf(sums[1], scale1 ? __ldg(scale1 + block) : 0.0f, c1);
+      for (int j = 0; j < kTiles; ++j) {
+        piece.convert_w(raw[u][j], zero[u][j]);
+        float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < kElems / 4; ++r)
+          mma_16816<T>(sums, piece.x[2 * r], piece.x[2 * r + 1], piece.w[2 * r], piece.w[2 * r + 1]);
+        // sums[0..1]: out[g, col0], out[g, col1] of this step; sums[2..3] are A's zero rows 8..15.
+        c0[j] = fmaf(sums[0], s0[u][j], c0[j]);
+        c1[j] = fmaf(sums[1], s1[u][j], c1[j]);
+      }
     }
   }
 
-  partial[warp][g][2 * t] = c0;
-  partial[warp][g][2 * t + 1] = c1;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    partial[warp][g][kTileRows * j + 2 * t] = c0[j];
+    partial[warp][g][kTileRows * j + 2 * t + 1] = c1[j];
+  }
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kTileRows; i += static_cast<int>(blockDim.x)) {
-    const int row = i / kTileRows, col = i % kTileRows;
+  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kBlockRows; i += static_cast<int>(blockDim.x)) {
+    const int row = i / kBlockRows, col = i % kBlockRows;
     if (row < m && n0 + col < wq.n) {
       const int num_warps = static_cast<int>(blockDim.x) / 32;
       float sum = partial[0][row][col];
@@ -268,21 +300,37 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   }
 }
 
+template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kSteps>
+cudaError_t launch_config(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
+                          cudaStream_t stream) {
+  constexpr int64_t kStepK = 4 * kLaneBytes * kElemsPerByte<F>;
+  const int64_t num_blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
+  if (num_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t steps = (w.k + kStepK - 1) / kStepK;
+  int64_t warps = (steps + kSteps - 1) / kSteps;
+  warps = warps < 1 ? 1 : (warps > kMaxWarps ? kMaxWarps : warps);
+  const int64_t steps_per_warp = (steps + warps - 1) / warps;
+  quant_gemv_kernel<T, F, kLaneBytes, kTiles, kSteps>
+      <<<dim3(static_cast<unsigned>(num_blocks)), dim3(static_cast<unsigned>(warps * 32)), 0, stream>>>(
+          static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w, m, steps_per_warp);
+  return cudaGetLastError();
+}
+
+// Tiles and steps per format, measured on an H100 with Qwen3-8B's MLP shapes (test_cuda_quant_gemm.cpp
+// PrintsGemvBandwidth, bf16 x, M = 1 / 8). fp8 takes 4 tiles (32 rows a block, one x load for four W
+// pieces) of 2 steps: [12288, 4096] 1530 -> 1630 GB/s, [4096, 12288] 1245 -> 1850 GB/s against
+// 1 tile of 8 steps with x and scales loaded per step. int4, whose x is 4 bytes per byte of W, takes
+// 2 tiles of 2 steps (120 registers; 4 tiles or 4 steps spill or halve occupancy): [4096, 12288]
+// 950 -> 1370 GB/s, but [12288, 4096] 1160 -> 1020 GB/s (one batch a warp there, and less W in
+// flight per lane than 8 steps of 1 tile gave). Converting e4m3 to bf16 by bits (one cvt and an
+// exact multiply by 2^112 instead of the f32 round trip) measured 5% slower: the conversions are not
+// the limit.
 template <typename T, QuantFormat F, int kLaneBytes>
 cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
                          cudaStream_t stream) {
-  constexpr int64_t kStepK = 4 * kLaneBytes * kElemsPerByte<F>;
-  constexpr int64_t kUnroll = kBytesInFlight / kLaneBytes;
-  const int64_t num_tiles = (w.n + kTileRows - 1) / kTileRows;
-  if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  int64_t warps = (steps + kUnroll - 1) / kUnroll;
-  warps = warps < 1 ? 1 : (warps > kMaxWarps ? kMaxWarps : warps);
-  const int64_t steps_per_warp = (steps + warps - 1) / warps;
-  quant_gemv_kernel<T, F, kLaneBytes><<<dim3(static_cast<unsigned>(num_tiles)), dim3(static_cast<unsigned>(warps * 32)), 0,
-                                        stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w, m,
-                                                  steps_per_warp);
-  return cudaGetLastError();
+  constexpr int kTiles = F == QuantFormat::kFp8Block && kLaneBytes == 16 ? 4 : 2;
+  constexpr int kSteps = kLaneBytes == 16 ? 2 : 4;
+  return launch_config<T, F, kLaneBytes, kTiles, kSteps>(out, ld_out, x, ld_x, w, m, stream);
 }
 
 // The one dispatch point: format and piece width, then dtype.
