@@ -210,15 +210,17 @@ TEST(CudaAttention, PrefillRowsDoNotDependOnBatchOrChunking) {
     bool causal;
     int32_t window;
     float softcap;
+    bool fp8_cache = false;
   };
   const Variant variants[] = {
       {DType::kBF16, 128, true, -1, 0.0f}, {DType::kBF16, 128, true, 96, 30.0f}, {DType::kBF16, 64, true, -1, 0.0f},
       {DType::kBF16, 32, false, -1, 0.0f}, {DType::kBF16, 256, true, -1, 0.0f}, {DType::kBF16, 16, true, 40, 0.0f},
       {DType::kF16, 128, true, -1, 0.0f},  // f16: the general kernel (rows per row as well)
+      {DType::kBF16, 128, true, -1, 0.0f, true}, {DType::kBF16, 64, true, 96, 30.0f, true},  // FP8 caches
   };
   for (const Variant& v : variants) {
-    SCOPED_TRACE(fmt::format("{} head_dim {} causal {} window {} softcap {}", dtype_name(v.dtype), v.head_dim, v.causal,
-                             v.window, v.softcap));
+    SCOPED_TRACE(fmt::format("{} head_dim {} causal {} window {} softcap {} fp8 cache {}", dtype_name(v.dtype),
+                             v.head_dim, v.causal, v.window, v.softcap, v.fp8_cache));
     AttentionCase batch;
     batch.num_heads = 8;
     batch.num_kv_heads = 2;
@@ -227,6 +229,10 @@ TEST(CudaAttention, PrefillRowsDoNotDependOnBatchOrChunking) {
     batch.causal = v.causal;
     batch.window = v.window;
     batch.softcap = v.softcap;
+    if (v.fp8_cache) {
+      batch.fp8_cache = true;
+      batch.kv_scales = {0.03f, 0.007f};
+    }
     batch.seqs = {{5, 60}, {300, 300}, {1, 900}, {70, 500}, {2, 2}};
     const size_t target = 1;
     Rng rng(11);
@@ -455,8 +461,11 @@ INSTANTIATE_TEST_SUITE_P(Fp8Cache, CudaAttentionFp8Grid,
 // With an FP8 cache a decode row is still bitwise the same whatever kernel runs it: alone (the decode
 // kernel, split), in a mixed batch (decode kernel), and as the last row of a 2-token sequence (the
 // general kernel): both dequantize with the same f32 multiply before the same chunk arithmetic.
+// (The general kernel's rows, as SequenceAloneEqualsSequenceInBatch: the tensor-core prefill kernel,
+// which also reads FP8 caches, keeps its own invariance, PrefillRowsDoNotDependOnBatchOrChunking.)
 TEST(CudaAttention, Fp8CacheDecodeRowAloneEqualsInBatch) {
   PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedEnv general_kernel("PAGELLM_CUDA_PREFILL_ATTENTION", "0");
   const std::vector<SeqShape> mixes[] = {
       {{5, 60}, {1, 3000}, {1, 5000}, {300, 300}, {1, 2}},
       {{5, 60}, {2, 3000}, {1, 5000}, {300, 300}, {1, 2}},
