@@ -1,5 +1,6 @@
 #include "model/make_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/logging.h"
+#include "core/thread_pool.h"
 #include "io/safetensors.h"
 #include "model/quant_formats.h"
 
@@ -129,9 +131,10 @@ void add_special_ids(Json& c, const std::string& tokenizer) {
 
 // splitmix64: a tiny integer PRNG whose output is the same everywhere.
 struct SplitMix64 {
+  static constexpr uint64_t kIncrement = 0x9e3779b97f4a7c15ull;
   uint64_t state;
   uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (state += kIncrement);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -149,11 +152,21 @@ uint64_t name_hash(const std::string& name) {  // FNV-1a: each tensor gets its o
 // center + half_width * U[-1, 1), rounded to dtype, as little-endian bytes.
 std::vector<uint8_t> random_bytes(const std::string& name, int64_t count, uint64_t seed, DType dtype,
                                   float center, float half_width) {
-  SplitMix64 rng{seed * 0x2545f4914f6cdd1dull ^ name_hash(name)};
-  std::vector<float> values(static_cast<size_t>(count));
-  for (float& v : values) v = center + half_width * rng.uniform_pm1();
+  const uint64_t start = seed * 0x2545f4914f6cdd1dull ^ name_hash(name);
   std::vector<uint8_t> bytes(static_cast<size_t>(count) * dtype_size_bytes(dtype));
-  convert_from_f32(values.data(), bytes.data(), dtype, values.size());
+  // SplitMix64's state after i draws is start + i * its increment, so chunks of the stream are made
+  // in parallel and the bytes are those of one sequential walk (an 8B checkpoint in seconds, not minutes).
+  constexpr int64_t kChunk = 1 << 16;
+  ThreadPool::global().parallel_for((count + kChunk - 1) / kChunk, [&](int64_t first, int64_t last) {
+    std::vector<float> values(static_cast<size_t>(kChunk));
+    for (int64_t chunk = first; chunk < last; ++chunk) {
+      const int64_t begin = chunk * kChunk, size = std::min(kChunk, count - begin);
+      SplitMix64 rng{start + static_cast<uint64_t>(begin) * SplitMix64::kIncrement};
+      for (int64_t i = 0; i < size; ++i) values[static_cast<size_t>(i)] = center + half_width * rng.uniform_pm1();
+      convert_from_f32(values.data(), bytes.data() + static_cast<size_t>(begin) * dtype_size_bytes(dtype), dtype,
+                       static_cast<size_t>(size));
+    }
+  });
   return bytes;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 
 namespace pagellm {
 
@@ -106,9 +107,12 @@ PackedInt4 pack_awq(const Int4Weight& w) {
   packed.qweight.assign(static_cast<size_t>(k * (n / 8)), 0);
   packed.qzeros.assign(static_cast<size_t>(groups * (n / 8)), 0);
   packed.scales.assign(static_cast<size_t>(groups * n), 0.0f);
-  for (int64_t row_k = 0; row_k < k; ++row_k)
-    for (int64_t col = 0; col < n; ++col)
-      set_nibble(packed.qweight[static_cast<size_t>(row_k * (n / 8) + col / 8)], kAwqSlot[col % 8], q_at(w, col, row_k));
+  ThreadPool::global().parallel_for(k, [&](int64_t first, int64_t last) {  // each input row owns its words
+    for (int64_t row_k = first; row_k < last; ++row_k)
+      for (int64_t col = 0; col < n; ++col)
+        set_nibble(packed.qweight[static_cast<size_t>(row_k * (n / 8) + col / 8)], kAwqSlot[col % 8],
+                   q_at(w, col, row_k));
+  });
   for (int64_t gi = 0; gi < groups; ++gi)
     for (int64_t col = 0; col < n; ++col) {
       set_nibble(packed.qzeros[static_cast<size_t>(gi * (n / 8) + col / 8)], kAwqSlot[col % 8],
@@ -125,9 +129,11 @@ PackedInt4 pack_gptq(const Int4Weight& w, bool v2) {
   packed.qweight.assign(static_cast<size_t>((k / 8) * n), 0);
   packed.qzeros.assign(static_cast<size_t>(groups * (n / 8)), 0);
   packed.scales.assign(static_cast<size_t>(groups * n), 0.0f);
-  for (int64_t r = 0; r < k / 8; ++r)
-    for (int64_t col = 0; col < n; ++col)
-      packed.qweight[static_cast<size_t>(r * n + col)] = w.qweight[static_cast<size_t>(col * (k / 8) + r)];
+  ThreadPool::global().parallel_for(k / 8, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      for (int64_t col = 0; col < n; ++col)
+        packed.qweight[static_cast<size_t>(r * n + col)] = w.qweight[static_cast<size_t>(col * (k / 8) + r)];
+  });
   for (int64_t gi = 0; gi < groups; ++gi)
     for (int64_t col = 0; col < n; ++col) {
       const int zero = w.zeros[static_cast<size_t>(col * groups + gi)];
@@ -142,30 +148,32 @@ Int4Weight quantize_int4(const float* src, int64_t rows, int64_t cols, int64_t g
   CHECK(cols % g == 0 && g % 8 == 0);
   Int4Weight w = empty_int4(rows, cols, g);
   const int64_t groups = cols / g;
-  for (int64_t n = 0; n < rows; ++n)
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      const float* x = src + n * cols + gi * g;
-      float lo = *std::min_element(x, x + g), hi = *std::max_element(x, x + g);
-      float scale;
-      int zero;
-      if (symmetric) {
-        const float amax = std::max(std::fabs(lo), std::fabs(hi));
-        scale = round_to_f16(std::max(2.0f * amax / 15.0f, 1e-5f));  // scales are stored as f16
-        zero = 8;
-      } else {
-        lo = std::min(lo, 0.0f);
-        hi = std::max(hi, 0.0f);
-        scale = round_to_f16(std::max((hi - lo) / 15.0f, 1e-5f));
-        zero = std::clamp(static_cast<int>(std::nearbyint(-lo / scale)), 0, 15);
+  ThreadPool::global().parallel_for(rows, [&](int64_t first_row, int64_t last_row) {
+    for (int64_t n = first_row; n < last_row; ++n)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const float* x = src + n * cols + gi * g;
+        float lo = *std::min_element(x, x + g), hi = *std::max_element(x, x + g);
+        float scale;
+        int zero;
+        if (symmetric) {
+          const float amax = std::max(std::fabs(lo), std::fabs(hi));
+          scale = round_to_f16(std::max(2.0f * amax / 15.0f, 1e-5f));  // scales are stored as f16
+          zero = 8;
+        } else {
+          lo = std::min(lo, 0.0f);
+          hi = std::max(hi, 0.0f);
+          scale = round_to_f16(std::max((hi - lo) / 15.0f, 1e-5f));
+          zero = std::clamp(static_cast<int>(std::nearbyint(-lo / scale)), 0, 15);
+        }
+        w.scales[static_cast<size_t>(n * groups + gi)] = scale;
+        w.zeros[static_cast<size_t>(n * groups + gi)] = static_cast<uint8_t>(zero);
+        for (int64_t i = 0; i < g; ++i) {
+          const int q = std::clamp(static_cast<int>(std::nearbyint(x[i] / scale)) + zero, 0, 15);
+          const int64_t col = gi * g + i;
+          set_nibble(w.qweight[static_cast<size_t>(n * (cols / 8) + col / 8)], static_cast<int>(col % 8), q);
+        }
       }
-      w.scales[static_cast<size_t>(n * groups + gi)] = scale;
-      w.zeros[static_cast<size_t>(n * groups + gi)] = static_cast<uint8_t>(zero);
-      for (int64_t i = 0; i < g; ++i) {
-        const int q = std::clamp(static_cast<int>(std::nearbyint(x[i] / scale)) + zero, 0, 15);
-        const int64_t col = gi * g + i;
-        set_nibble(w.qweight[static_cast<size_t>(n * (cols / 8) + col / 8)], static_cast<int>(col % 8), q);
-      }
-    }
+  });
   return w;
 }
 
@@ -178,18 +186,20 @@ Fp8BlockWeight quantize_fp8_block(const float* src, int64_t rows, int64_t cols, 
   const int64_t block_rows = (rows + bn - 1) / bn, block_cols = (cols + bk - 1) / bk;
   w.weight.assign(static_cast<size_t>(rows * cols), 0);
   w.scales.assign(static_cast<size_t>(block_rows * block_cols), 1.0f);
-  for (int64_t br = 0; br < block_rows; ++br)
-    for (int64_t bc = 0; bc < block_cols; ++bc) {
-      const int64_t r_end = std::min(rows, (br + 1) * bn), c_end = std::min(cols, (bc + 1) * bk);
-      float amax = 0.0f;
-      for (int64_t r = br * bn; r < r_end; ++r)
-        for (int64_t c = bc * bk; c < c_end; ++c) amax = std::max(amax, std::fabs(src[r * cols + c]));
-      const float scale = amax > 0.0f ? amax / kE4M3Max : 1.0f;
-      w.scales[static_cast<size_t>(br * block_cols + bc)] = scale;
-      for (int64_t r = br * bn; r < r_end; ++r)
-        for (int64_t c = bc * bk; c < c_end; ++c)
-          w.weight[static_cast<size_t>(r * cols + c)] = f32_to_e4m3_bits(src[r * cols + c] / scale);
-    }
+  ThreadPool::global().parallel_for(block_rows, [&](int64_t first_block_row, int64_t last_block_row) {
+    for (int64_t br = first_block_row; br < last_block_row; ++br)
+      for (int64_t bc = 0; bc < block_cols; ++bc) {
+        const int64_t r_end = std::min(rows, (br + 1) * bn), c_end = std::min(cols, (bc + 1) * bk);
+        float amax = 0.0f;
+        for (int64_t r = br * bn; r < r_end; ++r)
+          for (int64_t c = bc * bk; c < c_end; ++c) amax = std::max(amax, std::fabs(src[r * cols + c]));
+        const float scale = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+        w.scales[static_cast<size_t>(br * block_cols + bc)] = scale;
+        for (int64_t r = br * bn; r < r_end; ++r)
+          for (int64_t c = bc * bk; c < c_end; ++c)
+            w.weight[static_cast<size_t>(r * cols + c)] = f32_to_e4m3_bits(src[r * cols + c] / scale);
+      }
+  });
   return w;
 }
 
