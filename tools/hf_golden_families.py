@@ -2,7 +2,7 @@
 """Writes the golden fixtures of tests/golden/families/ with Hugging Face transformers: one tiny
 random checkpoint per dense family pagellm serves besides Qwen3 (Llama 3 with its llama3 RoPE
 scaling, Mistral with a sliding window, Qwen2 with q/k/v biases, Gemma 2 with alternating sliding
-layers and both soft-caps, Gemma 3 with 5 local : 1 global layers, per-type RoPE and q/k norms).
+layers and both soft-caps, Gemma 3 with 5 local : 1 global layers, per-type RoPE and q/k norms; Qwen3-MoE with sparse and dense layers).
 
 Windows are 8 tokens so the 17- and 64-token prompts (and the 20 generated tokens) cross them;
 soft-caps are small enough (attention 10, final 5) that they change the numbers.
@@ -71,6 +71,16 @@ def gemma3():
     return config, transformers.Gemma3ForCausalLM
 
 
+def qwen3_moe():
+    # 3 layers: sparse, dense (mlp_only_layers), sparse; 8 experts, top 2, renormalised. Short prompts
+    # leave some experts without a token in a step.
+    config = transformers.Qwen3MoeConfig(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                         decoder_sparse_step=1, mlp_only_layers=[1], norm_topk_prob=True,
+                                         **common(64, 3, 4, 2, 16, False))
+    return config, transformers.Qwen3MoeForCausalLM
+
+
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 500000.0}
@@ -87,6 +97,8 @@ CASES = [
     ("mistral_window8_bf16", torch.bfloat16, mistral),
     ("qwen2_bias_bf16", torch.bfloat16, qwen2),
     ("gemma2_softcap_bf16", torch.bfloat16, gemma2),
+    ("qwen3_moe_f32", torch.float32, qwen3_moe),
+    ("qwen3_moe_bf16", torch.bfloat16, qwen3_moe),
 ]
 
 

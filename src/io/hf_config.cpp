@@ -371,6 +371,8 @@ Status read_sizes(const FieldReader& reader, const FamilyDefaults& defaults, Mod
   PAGELLM_RETURN_IF_ERROR(
       reader.get_positive_int("num_attention_heads", &config->num_attention_heads, true));
   PAGELLM_RETURN_IF_ERROR(reader.get_int("num_experts", &config->num_experts));
+  // transformers 5 writes Qwen3-MoE's expert count as num_local_experts (released configs: num_experts).
+  if (!reader.has("num_experts")) PAGELLM_RETURN_IF_ERROR(reader.get_int("num_local_experts", &config->num_experts));
   // A model whose every FFN is MoE may omit the dense width.
   PAGELLM_RETURN_IF_ERROR(reader.get_positive_int("intermediate_size", &config->intermediate_size,
                                                   /*required=*/config->num_experts <= 0));

@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/embedding.h"
 #include "model/layers/gated_mlp.h"
+#include "model/moe_ffn.h"
 
 namespace pagellm {
 
@@ -23,7 +25,8 @@ struct DecoderLayer {
   AttentionWeights attention;
   RmsNorm post_attention_norm;  // on the attention output (sandwich norms), else undefined
   RmsNorm pre_ffn_norm;         // before the MLP
-  MlpWeights mlp;
+  MlpWeights mlp;               // a dense layer's FFN
+  std::optional<MoeWeights> moe;  // a sparse layer's FFN (DecoderSpec::moe)
   RmsNorm post_ffn_norm;        // on the MLP output (sandwich norms), else undefined
 };
 
@@ -42,7 +45,9 @@ class DecoderModel final : public Model {
         backend_(backend),
         act_(backend, config.dtype),
         attention_(backend, config.dtype, attention_shape(config)),
-        mlp_(backend, config.dtype, config.intermediate_size) {}
+        mlp_(backend, config.dtype, config.intermediate_size) {
+    if (spec.moe) moe_ffn_.emplace(config, backend);
+  }
 
   Status load(const Checkpoint& checkpoint);
   const ModelConfig& config() const override { return config_; }
@@ -55,8 +60,10 @@ class DecoderModel final : public Model {
     return spec;
   }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
+  bool is_graph_capturable() const override { return !moe_ffn_.has_value(); }
 
  private:
+  bool is_moe_layer(int64_t index) const;
   Status load_layer(WeightLoader& loader, int64_t index, DecoderLayer& layer);
   layers::AttentionOptions attention_options(int64_t layer_index) const;
   float eps() const { return static_cast<float>(config_.rms_norm_eps); }
@@ -67,6 +74,7 @@ class DecoderModel final : public Model {
   Activations act_;
   layers::Attention attention_;
   layers::GatedMlp mlp_;
+  std::optional<MoeFfn> moe_ffn_;
   Activation activation_ = Activation::kSilu;
   layers::TokenEmbedding embedding_;
   layers::LmHead head_;
@@ -112,9 +120,19 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
     PAGELLM_ASSIGN_OR_RETURN(layer.pre_ffn_norm,
                              layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h, mode, eps()));
   }
+  if (is_moe_layer(i)) {
+    PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, loader.weight_dtype(), config_, p + "mlp."));
+    return Status::ok();
+  }
   PAGELLM_ASSIGN_OR_RETURN(layer.mlp, layers::load_gated_mlp(loader, p + "mlp.", h, config_.intermediate_size,
                                                              activation_, spec_.mlp_bias));
   return Status::ok();
+}
+
+bool DecoderModel::is_moe_layer(int64_t i) const {
+  const std::vector<int64_t>& dense = config_.mlp_only_layers;
+  return spec_.moe && config_.num_experts > 0 && std::find(dense.begin(), dense.end(), i) == dense.end() &&
+         (i + 1) % config_.decoder_sparse_step == 0;
 }
 
 Status DecoderModel::load(const Checkpoint& checkpoint) {
@@ -161,7 +179,8 @@ void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, Ten
     if (layer.post_attention_norm.defined()) layer.post_attention_norm.forward(backend_, proj, proj);
     // Each block's residual add is fused with the norm that opens the next block.
     layer.pre_ffn_norm.add_forward(backend_, hidden, normed, proj);
-    mlp_.forward(layer.mlp, normed, proj);
+    if (layer.moe) moe_ffn_->forward(*layer.moe, normed, proj);
+    else mlp_.forward(layer.mlp, normed, proj);
     if (layer.post_ffn_norm.defined()) layer.post_ffn_norm.forward(backend_, proj, proj);
     if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
   }

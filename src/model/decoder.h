@@ -3,7 +3,7 @@
 //
 //   hidden = embed(ids) [* sqrt(H)]
 //   per layer:  x = input_norm(hidden) ─ attention ─ [post_attention_norm] ─ hidden += ·
-//               x = pre_ffn_norm(hidden) ─ gated MLP ─ [post_ffn_norm] ─ hidden += ·
+//               x = pre_ffn_norm(hidden) ─ gated MLP or sparse MoE ─ [post_ffn_norm] ─ hidden += ·
 //   logits = lm_head(final_norm(hidden[rows that sample])) [soft-capped]
 // (Llama names its pre-FFN norm post_attention_layernorm; Gemma's sandwich has all four.)
 #pragma once
@@ -26,6 +26,10 @@ struct DecoderSpec {
   bool scale_embeddings = false;  // embeddings * sqrt(hidden), the scalar in the activation dtype (Gemma)
   float attention_scale = 0.0f;   // 0: head_dim^-0.5
   float attn_softcap = 0.0f, final_softcap = 0.0f;
+  // Sparse MoE FFNs (model/moe_ffn.h) on the layers the config picks: num_experts > 0, every
+  // decoder_sparse_step-th layer, not in mlp_only_layers (Qwen3-MoE); a MoE model's steps route on
+  // the host, so it runs without CUDA graphs.
+  bool moe = false;
 };
 
 // Checks the config fields every dense family reads (heads, head_dim, layer types, activation) and
@@ -40,6 +44,8 @@ Expected<std::unique_ptr<Model>> make_mistral(const ModelConfig& config, const C
 Expected<std::unique_ptr<Model>> make_qwen2(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend);
 Expected<std::unique_ptr<Model>> make_gemma2(const ModelConfig& config, const Checkpoint& checkpoint,
                                              Backend& backend);
+Expected<std::unique_ptr<Model>> make_qwen3_moe(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                Backend& backend);
 Expected<std::unique_ptr<Model>> make_gemma3(const ModelConfig& config, const Checkpoint& checkpoint,
                                              Backend& backend);
 

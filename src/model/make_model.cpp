@@ -37,7 +37,10 @@ struct Preset {
   nlohmann::ordered_json extra_config = nlohmann::ordered_json::object();
   bool qk_norm = true, qkv_bias = false, sandwich_norms = false, one_plus_norms = false;
   std::string tokenizer = "qwen3";
+  // Sparse MoE FFN on every layer (Qwen3-MoE): experts, experts per token, each expert's width.
+  int64_t num_experts = 0, experts_per_token = 0, moe_intermediate_size = 0;
   bool is_hybrid() const { return linear_heads > 0; }
+  bool is_moe() const { return num_experts > 0; }
 };
 
 using Json = nlohmann::ordered_json;
@@ -85,6 +88,29 @@ const std::map<std::string, Preset>& presets() {
          {"Qwen3_5ForCausalLM", "qwen3_5_text", 248320, 1024, 3584, 24, 8, 2, 256, true, 1e7, 262144, false, 16, 128}},
     };
     // sizes: vocab, hidden, intermediate, layers, heads, kv heads, head_dim
+    // The shape of Qwen3-30B-A3B: 48 layers of 128 experts (top 8, width 768), 30.5 B parameters,
+    // 3.3 B of them read per token.
+    Preset qwen3_moe = dense("Qwen3MoeForCausalLM", "qwen3_moe", {151936, 2048, 6144, 48, 32, 4, 128}, false, 1e6,
+                             40960,
+                             {{"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768},
+                              {"decoder_sparse_step", 1}, {"mlp_only_layers", Json::array()}, {"norm_topk_prob", true}},
+                             "qwen3");
+    qwen3_moe.qk_norm = true;
+    qwen3_moe.num_experts = 128;
+    qwen3_moe.experts_per_token = 8;
+    qwen3_moe.moe_intermediate_size = 768;
+    t["qwen3-30b-a3b"] = qwen3_moe;
+    // A Qwen3-MoE small enough for CPU tests (no tokenizer): 8 experts, top 2.
+    Preset qwen3_moe_micro = dense("Qwen3MoeForCausalLM", "qwen3_moe", {512, 64, 128, 2, 4, 2, 32}, false, 1e6, 4096,
+                                   {{"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+                                    {"decoder_sparse_step", 1}, {"mlp_only_layers", Json::array()},
+                                    {"norm_topk_prob", true}},
+                                   "");
+    qwen3_moe_micro.qk_norm = true;
+    qwen3_moe_micro.num_experts = 8;
+    qwen3_moe_micro.experts_per_token = 2;
+    qwen3_moe_micro.moe_intermediate_size = 32;
+    t["qwen3-moe-micro"] = qwen3_moe_micro;
     t["llama3.2-1b"] = dense("LlamaForCausalLM", "llama", {128256, 2048, 8192, 16, 32, 8, 64}, true, 500000.0, 131072,
                              {{"rope_scaling", kLlama32Rope}}, "llama3");
     t["llama3.1-8b"] = dense("LlamaForCausalLM", "llama", {128256, 4096, 14336, 32, 32, 8, 128}, false, 500000.0,
@@ -344,6 +370,19 @@ void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
       norm(l + "self_attn.q_norm.weight", hd);
       norm(l + "self_attn.k_norm.weight", hd);
     }
+    if (p.is_moe()) {  // released checkpoints' per-expert names
+      matrix(l + "mlp.gate.weight", p.num_experts, h);
+      for (int64_t e = 0; e < p.num_experts; ++e) {
+        const std::string x = fmt::format("{}mlp.experts.{}.", l, e);
+        writer.add(x + "gate_proj.weight", o.dtype, {p.moe_intermediate_size, h},
+                   random_bytes(x + "gate_proj.weight", p.moe_intermediate_size * h, o.seed, o.dtype, 0.0f, half_width));
+        writer.add(x + "up_proj.weight", o.dtype, {p.moe_intermediate_size, h},
+                   random_bytes(x + "up_proj.weight", p.moe_intermediate_size * h, o.seed, o.dtype, 0.0f, half_width));
+        writer.add(x + "down_proj.weight", o.dtype, {h, p.moe_intermediate_size},
+                   random_bytes(x + "down_proj.weight", h * p.moe_intermediate_size, o.seed, o.dtype, 0.0f, half_width));
+      }
+      continue;
+    }
     matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
     matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
@@ -429,6 +468,9 @@ Status make_model(const MakeModelOptions& options) {
   if (!options.quantize.empty() && options.quantize != "fp8" && options.quantize != "awq" && options.quantize != "gptq")
     return invalid_argument("[make-model] --quantize '{}' is not a format pagellm writes (fp8, awq or gptq)",
                             options.quantize);
+  if (!options.quantize.empty() && preset.is_moe())
+    return invalid_argument("[make-model] --quantize is not available for MoE presets (pagellm reads quantized "
+                            "attention, MLP and Gated DeltaNet projections, not quantized experts)");
   const int64_t group_size = int4_group_size(preset, options);
   if (options.quantize == "awq" || options.quantize == "gptq") {
     for (int64_t width : projection_inputs(preset))

@@ -91,8 +91,10 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
       w.experts.push_back(std::move(expert));
     }
   }
-  PAGELLM_ASSIGN_OR_RETURN(w.shared, load_swiglu(loader, p + "shared_expert.", h, c.shared_expert_intermediate_size));
-  PAGELLM_ASSIGN_OR_RETURN(w.shared_gate, loader.load(p + "shared_expert_gate.weight", {1, h}));
+  if (c.shared_expert_intermediate_size > 0) {
+    PAGELLM_ASSIGN_OR_RETURN(w.shared, load_swiglu(loader, p + "shared_expert.", h, c.shared_expert_intermediate_size));
+    PAGELLM_ASSIGN_OR_RETURN(w.shared_gate, loader.load(p + "shared_expert_gate.weight", {1, h}));
+  }
   return w;
 }
 
@@ -100,9 +102,11 @@ MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend)
     : config_(config), backend_(backend), act_(backend, config.dtype) {
   const int64_t h = config.hidden_size;
   act_.define(kRouter, config.num_experts);
-  act_.define(kSharedGate, 1);
-  act_.define(kSharedGateUp, 2 * config.shared_expert_intermediate_size);
-  act_.define(kSharedAct, config.shared_expert_intermediate_size);
+  if (config.shared_expert_intermediate_size > 0) {
+    act_.define(kSharedGate, 1);
+    act_.define(kSharedGateUp, 2 * config.shared_expert_intermediate_size);
+    act_.define(kSharedAct, config.shared_expert_intermediate_size);
+  }
   act_.define(kGathered, h);
   act_.define(kExpertGateUp, 2 * config.moe_intermediate_size);
   act_.define(kExpertAct, config.moe_intermediate_size);
@@ -133,11 +137,16 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
   const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
   backend_.synchronize();  // the previous layer's routing tensors may still be read on a device
   step_inputs_.clear();
-  // The shared expert writes `out` first; the routed experts add into it.
-  TensorView shared_gate = act_.rows(kSharedGate, num_tokens);  // [T, 1]
-  swiglu(w.shared, normed, out, kSharedGateUp, kSharedAct);
-  backend_.matmul(shared_gate, normed, w.shared_gate);
-  backend_.sigmoid_mul(out, out, shared_gate);
+  // The shared expert writes `out` first; the routed experts add into it (into zeros without one, as
+  // transformers' index_add into a zero tensor: 0 x the finite normed rows).
+  if (w.has_shared_expert()) {
+    TensorView shared_gate = act_.rows(kSharedGate, num_tokens);  // [T, 1]
+    swiglu(w.shared, normed, out, kSharedGateUp, kSharedAct);
+    backend_.matmul(shared_gate, normed, w.shared_gate);
+    backend_.sigmoid_mul(out, out, shared_gate);
+  } else {
+    backend_.scale(out, normed, 0.0f);
+  }
 
   TensorView router = act_.rows(kRouter, num_tokens);  // [T, E]
   backend_.matmul(router, normed, w.router);

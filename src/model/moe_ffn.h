@@ -1,8 +1,10 @@
-// MoeFfn: the sparse MoE block with a shared expert of Qwen3-Next / Qwen3.5-MoE (spec/models.md B.13).
+// MoeFfn: the sparse MoE block of Qwen3-MoE, and with a shared expert of Qwen3-Next / Qwen3.5-MoE
+// (spec/models.md B.13).
 //
 //   p       = softmax_f32(x W_router^T)           top-k experts per token, weights renormalised
+//                                                 (norm_topk_prob)
 //   routed  = sum_j w_j · down_e(silu(gate_e x) ⊙ up_e x)
-//   out     = sigmoid(x · w_sg) ⊙ SwiGLU_shared(x) + routed
+//   out     = sigmoid(x · w_sg) ⊙ SwiGLU_shared(x) + routed    (out = routed without a shared expert)
 //
 // Routing is planned on the host (the router logits come back once per layer): per expert, the
 // rows that chose it are gathered, run through that expert's SwiGLU, and added back scaled.
@@ -25,12 +27,14 @@ struct SwiGluWeights {
 struct MoeWeights {
   Tensor router;                       // [E, H]
   std::vector<SwiGluWeights> experts;  // [E], width moe_intermediate_size
-  SwiGluWeights shared;                // width shared_expert_intermediate_size
+  SwiGluWeights shared;                // width shared_expert_intermediate_size (undefined: none)
   Tensor shared_gate;                  // [1, H]
+  bool has_shared_expert() const { return shared_gate.defined(); }
 };
 
-// Loads `prefix` + "gate.weight", "experts.{e}.*", "shared_expert.*", "shared_expert_gate.weight"
-// (per-expert names, as save_pretrained writes them, or the fused experts.gate_up_proj / down_proj).
+// Loads `prefix` + "gate.weight", "experts.{e}.*" (per-expert names, as released checkpoints hold
+// them, or the fused experts.gate_up_proj / down_proj that transformers 5 writes), and, when the config
+// has shared_expert_intermediate_size, "shared_expert.*" and "shared_expert_gate.weight".
 Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DType weight_dtype,
                                       const ModelConfig& config, const std::string& prefix);
 

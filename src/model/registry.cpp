@@ -21,6 +21,7 @@ using Factory = std::function<Expected<std::unique_ptr<Model>>(const ModelConfig
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = {
       {"Qwen3ForCausalLM", make_qwen3},
+      {"Qwen3MoeForCausalLM", make_qwen3_moe},
       {"LlamaForCausalLM", make_llama},
       {"MistralForCausalLM", make_mistral},
       {"Qwen2ForCausalLM", make_qwen2},
