@@ -65,6 +65,19 @@ Preset gemma(std::string model_type, std::vector<int64_t> sizes, Json extra) {
   return p;
 }
 
+// A Qwen3-MoE preset: every layer sparse, experts renormalised over the top k.
+Preset qwen3_moe(std::vector<int64_t> sizes, int64_t experts, int64_t top_k, int64_t width, std::string tokenizer) {
+  Preset p = dense("Qwen3MoeForCausalLM", "qwen3_moe", std::move(sizes), false, 1e6, 40960,
+                   {{"num_experts", experts}, {"num_experts_per_tok", top_k}, {"moe_intermediate_size", width},
+                    {"decoder_sparse_step", 1}, {"mlp_only_layers", Json::array()}, {"norm_topk_prob", true}},
+                   std::move(tokenizer));
+  p.qk_norm = true;
+  p.num_experts = experts;
+  p.experts_per_token = top_k;
+  p.moe_intermediate_size = width;
+  return p;
+}
+
 const Json kLlama31Rope = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
 const Json kLlama32Rope = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
@@ -90,27 +103,9 @@ const std::map<std::string, Preset>& presets() {
     // sizes: vocab, hidden, intermediate, layers, heads, kv heads, head_dim
     // The shape of Qwen3-30B-A3B: 48 layers of 128 experts (top 8, width 768), 30.5 B parameters,
     // 3.3 B of them read per token.
-    Preset qwen3_moe = dense("Qwen3MoeForCausalLM", "qwen3_moe", {151936, 2048, 6144, 48, 32, 4, 128}, false, 1e6,
-                             40960,
-                             {{"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768},
-                              {"decoder_sparse_step", 1}, {"mlp_only_layers", Json::array()}, {"norm_topk_prob", true}},
-                             "qwen3");
-    qwen3_moe.qk_norm = true;
-    qwen3_moe.num_experts = 128;
-    qwen3_moe.experts_per_token = 8;
-    qwen3_moe.moe_intermediate_size = 768;
-    t["qwen3-30b-a3b"] = qwen3_moe;
+    t["qwen3-30b-a3b"] = qwen3_moe({151936, 2048, 6144, 48, 32, 4, 128}, 128, 8, 768, "qwen3");
     // A Qwen3-MoE small enough for CPU tests (no tokenizer): 8 experts, top 2.
-    Preset qwen3_moe_micro = dense("Qwen3MoeForCausalLM", "qwen3_moe", {512, 64, 128, 2, 4, 2, 32}, false, 1e6, 4096,
-                                   {{"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
-                                    {"decoder_sparse_step", 1}, {"mlp_only_layers", Json::array()},
-                                    {"norm_topk_prob", true}},
-                                   "");
-    qwen3_moe_micro.qk_norm = true;
-    qwen3_moe_micro.num_experts = 8;
-    qwen3_moe_micro.experts_per_token = 2;
-    qwen3_moe_micro.moe_intermediate_size = 32;
-    t["qwen3-moe-micro"] = qwen3_moe_micro;
+    t["qwen3-moe-micro"] = qwen3_moe({512, 64, 128, 2, 4, 2, 32}, 8, 2, 32, "");
     t["llama3.2-1b"] = dense("LlamaForCausalLM", "llama", {128256, 2048, 8192, 16, 32, 8, 64}, true, 500000.0, 131072,
                              {{"rope_scaling", kLlama32Rope}}, "llama3");
     t["llama3.1-8b"] = dense("LlamaForCausalLM", "llama", {128256, 4096, 14336, 32, 32, 8, 128}, false, 500000.0,

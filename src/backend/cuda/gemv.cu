@@ -32,6 +32,7 @@
 // bandwidth x latency asks for.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/mma_16816.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -48,37 +49,6 @@ __device__ __forceinline__ uint4 load_streaming(const void* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
-}
-
-// c += A . B for m16n8k16 with A rows 8..15 zero: a0 = A(g, 2t..2t+1), a2 = A(g, 2t+8..2t+9),
-// b0 = B(2t..2t+1, g), b1 = B(2t+8..2t+9, g); two 16-bit elements per register, low half first.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                                         uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // launch_gemv refuses devices below 8.0; this keeps older -arch builds compiling
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-#endif
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                                  uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-#endif
 }
 
 // One block per tile of 8 columns n; blockDim.x / 32 warps split K into ranges of steps_per_warp steps.

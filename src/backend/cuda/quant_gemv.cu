@@ -39,6 +39,7 @@
 #include <cstring>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/mma_16816.cuh"
 #include "backend/cuda/quant_gemv.h"
 
 namespace pagellm::cuda {
@@ -66,37 +67,6 @@ __device__ __forceinline__ void load_piece<8>(const uint8_t* p, uint32_t (&r)[2]
 template <>
 __device__ __forceinline__ void load_piece<4>(const uint8_t* p, uint32_t (&r)[1]) {
   asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
-}
-
-// c += A . B for m16n8k16 with A rows 8..15 zero (gemv.cu's helper: a0 = A(g, 2t..2t+1),
-// a2 = A(g, 2t+8..2t+9), b0 = B(2t..2t+1, g), b1 = B(2t+8..2t+9, g)).
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                                         uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // the backend refuses devices below 8.0; this keeps older -arch builds compiling
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-#endif
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                                  uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-#endif
 }
 
 // Two e4m3 bytes (low byte first) as two T (low half first), exactly.
