@@ -20,11 +20,12 @@ namespace {
 int python_dtype_rank(DType dtype) {
   switch (dtype) {
     case DType::kU8: return 0;
-    case DType::kF16: return 1;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 3;
-    case DType::kF32: return 4;
-    case DType::kI64: return 5;
+    case DType::kF8E4M3: return 1;  // after U8 (and I8, F8_E5M2), before I16 in the python enum
+    case DType::kF16: return 2;
+    case DType::kBF16: return 3;
+    case DType::kI32: return 4;
+    case DType::kF32: return 5;
+    case DType::kI64: return 6;
   }
   return -1;
 }
