@@ -85,7 +85,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
       return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", config.dtype);
     dtype = parsed;
   }
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization));
   std::shared_ptr<const Tokenizer> tokenizer;
   const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {

@@ -67,6 +67,9 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "KV cache dtype: auto (the activation dtype), bfloat16, float16, float32, fp8 / fp8_e4m3 "
                      "(half the bytes per block; the checkpoint's k_scale / v_scale, else 1.0)")
       ->capture_default_str();
+  command.add_option("--quantization,-q", config.quantization,
+                     "fp8, awq or gptq: must match the checkpoint's quantization_config, except fp8 on an unquantized "
+                     "checkpoint, which quantizes its projections at load (128x128 blocks)");
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,

@@ -27,6 +27,9 @@ struct EngineConfig {
   // float32 (when that is the activation dtype), fp8 = fp8_e4m3 (half the bytes of bf16 per block,
   // with the checkpoint's per-layer k_scale / v_scale, else 1.0).
   std::string kv_cache_dtype = "auto";
+  // --quantization: "" keeps the checkpoint's; fp8 / awq / gptq must match it, except fp8 on an
+  // unquantized checkpoint, whose projections are quantized at load.
+  std::string quantization;
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;

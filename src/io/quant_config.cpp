@@ -146,7 +146,8 @@ std::string_view quant_method_name(QuantMethod method) {
 std::string QuantConfig::describe() const {
   switch (method) {
     case QuantMethod::kNone: return "none";
-    case QuantMethod::kFp8: return fmt::format("fp8 (e4m3 weights in {}x{} blocks)", block_n, block_k);
+    case QuantMethod::kFp8:
+      return fmt::format("fp8 (e4m3 weights in {}x{} blocks{})", block_n, block_k, online ? ", quantized at load" : "");
     case QuantMethod::kAwq: return fmt::format("awq ({}-bit, group {})", bits, group_size);
     case QuantMethod::kGptq:
       return fmt::format("gptq ({}-bit, group {}, {})", bits, group_size, sym ? "symmetric" : "asymmetric");
@@ -178,6 +179,26 @@ Expected<QuantConfig> parse_quant_config(const json& quantization_config, const 
                          fmt::format("'{}' is not supported (pagellm reads fp8, awq and gptq checkpoints)", method));
   }
   return config;
+}
+
+Expected<QuantConfig> apply_quantization_flag(const QuantConfig& checkpoint, const std::string& flag) {
+  if (flag.empty()) return checkpoint;
+  const std::string name = lower(flag);
+  if (name != "fp8" && name != "awq" && name != "gptq")
+    return invalid_argument("[engine] --quantization '{}' is not one of fp8, awq, gptq", flag);
+  if (checkpoint.enabled()) {
+    if (quant_method_name(checkpoint.method) == name) return checkpoint;
+    return invalid_argument("[engine] --quantization {} does not match the checkpoint's quantization_config ({})", name,
+                            checkpoint.describe());
+  }
+  if (name != "fp8")
+    return invalid_argument("[engine] --quantization {} needs a checkpoint quantized with {} (its config.json has no "
+                            "quantization_config); pagellm quantizes unquantized checkpoints to fp8 only",
+                            name, name);
+  QuantConfig online;
+  online.method = QuantMethod::kFp8;
+  online.online = true;
+  return online;
 }
 
 }  // namespace pagellm

@@ -32,6 +32,9 @@ struct QuantConfig {
   bool sym = true;                       // gptq
   bool gptq_v2 = false;                  // gptq: zeros stored as they are (v1 stores zero - 1)
   std::vector<std::string> modules_to_not_convert;
+  // fp8 only: the checkpoint's weights are dense and pagellm quantizes the projections when it loads
+  // them (--quantization fp8 on an unquantized checkpoint, as vLLM's online dynamic FP8).
+  bool online = false;
 
   bool enabled() const { return method != QuantMethod::kNone; }
   // "fp8 (blocks 128x128)", "awq (4-bit, group 128)", ...; "none" when not quantized.
@@ -39,6 +42,11 @@ struct QuantConfig {
 };
 
 std::string_view quant_method_name(QuantMethod method);  // "none", "fp8", "awq", "gptq"
+
+// --quantization as vLLM takes it: "" (the checkpoint's own), or a method that must match the
+// checkpoint's quantization_config, except "fp8" on an unquantized checkpoint, which quantizes its
+// projections at load (block-scaled 128 x 128). Anything else is a one-line error naming both.
+Expected<QuantConfig> apply_quantization_flag(const QuantConfig& checkpoint, const std::string& flag);
 
 // Parses a quantization_config object; `source` names the config in messages.
 Expected<QuantConfig> parse_quant_config(const nlohmann::json& quantization_config, const std::string& source);

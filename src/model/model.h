@@ -28,9 +28,11 @@ class Model {
 
 // Loads a model folder (config.json + safetensors) onto `backend`. Unknown architectures are an
 // error that lists the supported ones.
-// `dtype` overrides config.json's activation dtype (--dtype).
+// `dtype` overrides config.json's activation dtype (--dtype); `quantization` is --quantization
+// (io/quant_config.h apply_quantization_flag: "" keeps the checkpoint's).
 Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend,
-                                            std::optional<DType> dtype = std::nullopt);
+                                            std::optional<DType> dtype = std::nullopt,
+                                            const std::string& quantization = "");
 std::vector<std::string> supported_architectures();
 
 }  // namespace pagellm

@@ -43,10 +43,12 @@ std::vector<std::string> supported_architectures() {
   return names;
 }
 
-Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend, std::optional<DType> dtype) {
+Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend, std::optional<DType> dtype,
+                                            const std::string& quantization) {
   const std::string config_path = (std::filesystem::path(model_dir) / "config.json").string();
   PAGELLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(config_path));
   if (dtype) config.dtype = *dtype;
+  PAGELLM_ASSIGN_OR_RETURN(config.quantization, apply_quantization_flag(config.quantization, quantization));
   const auto it = factories().find(config.architecture);
   if (it == factories().end())
     return unimplemented("[model] architecture '{}' is not supported; supported: {}", config.architecture,

@@ -201,3 +201,63 @@ TEST(MakeModelQuantized, UnknownFormatIsRefusedByName) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// --quantization as vLLM: fp8 on an unquantized checkpoint quantizes its projections at load, to
+// exactly what make-model --quantize fp8 writes for the same weights (the same logits, bit for bit);
+// a method that contradicts the checkpoint, or awq/gptq on a dense one, is a one-line error.
+TEST(QuantizationFlag, Fp8AtLoadEqualsTheFp8Checkpoint) {
+  const fs::path root = fs::temp_directory_path() / ("pagellm_online_fp8_" + std::to_string(::getpid()));
+  MakeModelOptions options;
+  options.preset = "qwen3-micro";
+  options.dtype = DType::kF32;
+  options.weight_std = 0.2;
+  options.seed = 11;
+  options.out_dir = (root / "dense").string();
+  ASSERT_TRUE(make_model(options).is_ok());
+  options.quantize = "fp8";
+  options.out_dir = (root / "fp8").string();
+  ASSERT_TRUE(make_model(options).is_ok());
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.has_value());
+  auto online = load_model((root / "dense").string(), **backend, std::nullopt, "fp8");
+  auto stored = load_model((root / "fp8").string(), **backend);
+  auto dense = load_model((root / "dense").string(), **backend);
+  ASSERT_TRUE(online.has_value()) << online.status().message();
+  ASSERT_TRUE(stored.has_value() && dense.has_value());
+  EXPECT_TRUE((*online)->config().quantization.online);
+  const std::vector<TokenId> prompt = {3, 141, 59, 265, 35, 89, 79, 323};
+  auto from_online = generate_sequence(**online, **backend, prompt, greedy_options(6));
+  auto from_stored = generate_sequence(**stored, **backend, prompt, greedy_options(6));
+  auto from_dense = generate_sequence(**dense, **backend, prompt, greedy_options(6));
+  ASSERT_TRUE(from_online.has_value() && from_stored.has_value() && from_dense.has_value());
+  EXPECT_EQ(from_online->prompt_logits, from_stored->prompt_logits);
+  EXPECT_EQ(from_online->token_ids, from_stored->token_ids);
+  EXPECT_NE(from_online->prompt_logits, from_dense->prompt_logits);  // the weights really are FP8
+  fs::remove_all(root);
+}
+
+TEST(QuantizationFlag, ContradictionsAreOneLineErrors) {
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.has_value());
+  const fs::path awq = golden_fixture_root("quant") / "qwen3_awq_f32";
+  auto mismatch = load_model(awq.string(), **backend, std::nullopt, "gptq");
+  ASSERT_FALSE(mismatch.has_value());
+  EXPECT_EQ(mismatch.status().message(),
+            "[engine] --quantization gptq does not match the checkpoint's quantization_config (awq (4-bit, group 32))");
+  EXPECT_TRUE(load_model(awq.string(), **backend, std::nullopt, "awq").has_value());
+  const fs::path dense = golden_fixture_root("qwen3") / "tied_gqa8_hd32_f32";
+  auto awq_on_dense = load_model(dense.string(), **backend, std::nullopt, "awq");
+  ASSERT_FALSE(awq_on_dense.has_value());
+  EXPECT_EQ(awq_on_dense.status().message(),
+            "[engine] --quantization awq needs a checkpoint quantized with awq (its config.json has no "
+            "quantization_config); pagellm quantizes unquantized checkpoints to fp8 only");
+  auto unknown = load_model(dense.string(), **backend, std::nullopt, "int8");
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.status().message(), "[engine] --quantization 'int8' is not one of fp8, awq, gptq");
+}
+
+}  // namespace
+}  // namespace pagellm

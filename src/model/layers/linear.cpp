@@ -91,13 +91,7 @@ Tensor host_tensor(const std::vector<T>& values, Shape shape, DType dtype) {
   return t;
 }
 
-Expected<Linear> load_fp8(WeightLoader& loader, const std::vector<LinearPart>& parts, int64_t in_features) {
-  std::vector<Fp8BlockWeight> read;
-  for (const LinearPart& part : parts) {
-    PAGELLM_ASSIGN_OR_RETURN(Fp8BlockWeight w, read_fp8(loader, part, in_features));
-    read.push_back(std::move(w));
-  }
-  const Fp8BlockWeight w = stack_rows(read);
+Linear fp8_linear(WeightLoader& loader, const Fp8BlockWeight& w) {
   Linear linear;
   linear.format = WeightFormat::kFp8Block;
   linear.block_n = w.block_n;
@@ -107,6 +101,29 @@ Expected<Linear> load_fp8(WeightLoader& loader, const std::vector<LinearPart>& p
   linear.weight = loader.upload(host_tensor(w.weight, Shape{w.rows, w.cols}, DType::kF8E4M3));
   linear.scales = loader.upload(host_tensor(w.scales, Shape{block_rows, block_cols}, DType::kF32));
   return linear;
+}
+
+Expected<Linear> load_fp8(WeightLoader& loader, const std::vector<LinearPart>& parts, int64_t in_features) {
+  std::vector<Fp8BlockWeight> read;
+  for (const LinearPart& part : parts) {
+    PAGELLM_ASSIGN_OR_RETURN(Fp8BlockWeight w, read_fp8(loader, part, in_features));
+    read.push_back(std::move(w));
+  }
+  return fp8_linear(loader, stack_rows(read));
+}
+
+
+// --quantization fp8 on a dense checkpoint: each part's rows quantized in 128 x 128 blocks as they load.
+Expected<Linear> quantize_fp8_at_load(WeightLoader& loader, const std::vector<LinearPart>& parts,
+                                      int64_t in_features) {
+  const QuantConfig& q = loader.quantization();
+  std::vector<Fp8BlockWeight> quantized;
+  for (const LinearPart& part : parts) {
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> dense,
+                             loader.load_host_f32(part.prefix + ".weight", {part.out_features, in_features}));
+    quantized.push_back(quantize_fp8_block(dense.data(), part.out_features, in_features, q.block_n, q.block_k));
+  }
+  return fp8_linear(loader, stack_rows(quantized));
 }
 
 Expected<Linear> load_int4(WeightLoader& loader, const std::vector<LinearPart>& parts, int64_t in_features) {
@@ -163,6 +180,10 @@ Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>
   Linear linear;
   switch (format) {
     case WeightFormat::kDense: {
+      if (loader.quantization().online) {
+        PAGELLM_ASSIGN_OR_RETURN(linear, quantize_fp8_at_load(loader, parts, in_features));
+        break;
+      }
       PAGELLM_ASSIGN_OR_RETURN(linear.weight, loader.load_rows(weight_names, weight_shapes));
       break;
     }
