@@ -18,11 +18,19 @@
 
 namespace pagellm::bench {
 
+struct ChatMessage {
+  std::string role;  // system, user, assistant
+  std::string content;
+};
+
 struct BenchRequest {
   std::string prompt_text;                // sent as text when prompt_token_ids is empty
   std::vector<int32_t> prompt_token_ids;  // sent as an id array ("prompt": [..]) when non-empty
   int prompt_len = 0;                     // tokens (approximate when Dataset::notes says so)
   int output_len = 0;                     // becomes max_tokens
+  std::vector<ChatMessage> history;       // chat: messages sent before the user's prompt_text
+  int conversation = -1;                  // multi-turn: which conversation, -1 otherwise
+  int turn = 0;                           // multi-turn: 1-based turn index, 0 otherwise
 };
 
 struct Dataset {

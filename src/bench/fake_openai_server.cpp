@@ -54,6 +54,7 @@ struct ParsedRequest {
   size_t total_bytes = 0;  // head + body
   int max_tokens = 16;
   int prompt_tokens = 0;
+  std::string body;
 };
 
 // Parses one complete request at the start of `in`; nullopt while bytes are missing.
@@ -74,7 +75,8 @@ std::optional<ParsedRequest> parse_request(const std::string& in) {
   }
   req.total_bytes = head_end + 4 + content_length;
   if (in.size() < req.total_bytes) return std::nullopt;
-  auto body = nlohmann::json::parse(in.substr(head_end + 4, content_length), nullptr, false);
+  req.body = in.substr(head_end + 4, content_length);
+  auto body = nlohmann::json::parse(req.body, nullptr, false);
   if (body.is_object()) {
     if (body.contains("max_tokens") && body["max_tokens"].is_number_integer()) {
       req.max_tokens = body["max_tokens"].get<int>();
@@ -220,6 +222,10 @@ class FakeOpenAiServer::Loop {
   }
 
   void start_response(Conn& conn, const ParsedRequest& req) {
+    if (script_.keep_request_bodies) {
+      std::lock_guard<std::mutex> lock(owner_->bodies_mutex_);
+      owner_->request_bodies_.push_back(req.body);
+    }
     int64_t number = ++owner_->num_requests_;
     bool is_completion = req.path.find("/v1/completions") != std::string::npos ||
                          req.path.find("/v1/chat/completions") != std::string::npos;
@@ -382,6 +388,11 @@ Expected<std::unique_ptr<FakeOpenAiServer>> FakeOpenAiServer::start(const FakeSe
   server->loop_ = std::make_unique<Loop>(script, fd, server.get());
   server->thread_ = std::thread([loop = server->loop_.get()] { loop->run(); });
   return server;
+}
+
+std::vector<std::string> FakeOpenAiServer::request_bodies() const {
+  std::lock_guard<std::mutex> lock(bodies_mutex_);
+  return request_bodies_;
 }
 
 FakeOpenAiServer::~FakeOpenAiServer() {

@@ -15,8 +15,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 
@@ -32,6 +34,7 @@ struct FakeServerScript {
   bool malformed_first_event = false;
   bool cut_stream_after_first_token = false;  // close the socket mid-stream
   bool chunked = true;          // false: no Transfer-Encoding, body ends when the server closes
+  bool keep_request_bodies = false;  // for tests that check what the client sent
 };
 
 class FakeOpenAiServer {
@@ -48,6 +51,8 @@ class FakeOpenAiServer {
   int peak_requests_in_flight() const { return peak_in_flight_.load(); }
   int64_t num_requests() const { return num_requests_.load(); }
   int64_t num_events_sent() const { return num_events_sent_.load(); }
+  // The JSON bodies of the requests received so far, in arrival order (keep_request_bodies).
+  std::vector<std::string> request_bodies() const;
 
  private:
   class Loop;
@@ -59,6 +64,8 @@ class FakeOpenAiServer {
   std::atomic<int> peak_in_flight_{0};
   std::atomic<int64_t> num_requests_{0};
   std::atomic<int64_t> num_events_sent_{0};
+  mutable std::mutex bodies_mutex_;
+  std::vector<std::string> request_bodies_;
 };
 
 }  // namespace pagellm::bench

@@ -107,6 +107,23 @@ double percentile(std::vector<double> values, double p) {
   return values[lo] + (values[hi] - values[lo]) * frac;
 }
 
+namespace {
+
+std::vector<TurnTtft> ttft_by_turn(const std::vector<RequestRecord>& records) {
+  std::map<int, std::vector<double>> ttfts_s;  // turn -> TTFTs of its completed requests
+  for (const RequestRecord& r : records) {
+    if (r.turn > 0 && r.success) ttfts_s[r.turn].push_back(r.ttft_s);
+  }
+  std::vector<TurnTtft> turns;
+  for (const auto& [turn, values] : ttfts_s) {
+    turns.push_back({turn, static_cast<int>(values.size()), percentile(values, 50.0) * 1000.0,
+                     percentile(values, 99.0) * 1000.0});
+  }
+  return turns;
+}
+
+}  // namespace
+
 BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double duration_s,
                              int peak_concurrency, const GoodputSlo& slo,
                              const std::vector<double>& percentiles) {
@@ -152,6 +169,7 @@ BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double d
   m.tpot = summarize(tpots, percentiles);
   m.itl = summarize(itls, percentiles);
   m.e2el = summarize(e2els, percentiles);
+  m.ttft_by_turn = ttft_by_turn(records);
   return m;
 }
 

@@ -25,6 +25,8 @@ struct RequestRecord {
   bool success = false;
   std::string error;  // why it failed
   int prompt_len = 0;
+  int conversation = -1;  // multi-turn: which conversation, -1 otherwise
+  int turn = 0;           // multi-turn: 1-based turn of its conversation, 0 otherwise
   int64_t output_tokens = 0;
   bool output_tokens_from_usage = false;  // false: counted chunks instead
   double start_s = 0.0;                   // since the benchmark began
@@ -53,6 +55,14 @@ struct LatencyStats {
   std::vector<std::pair<double, double>> percentiles_ms;  // (p, value)
 };
 
+// TTFT of the completed requests of one turn index (multi-turn): later turns resend the history,
+// so turn 1 against later turns shows what prefix caching saves.
+struct TurnTtft {
+  int turn = 0;  // 1-based
+  int completed = 0;
+  double p50_ms = 0.0, p99_ms = 0.0;
+};
+
 struct BenchMetrics {
   int completed = 0;
   int failed = 0;
@@ -68,6 +78,7 @@ struct BenchMetrics {
   int max_concurrent_requests = 0;
   int num_output_tokens_estimated = 0;   // completed requests whose server sent no usage
   LatencyStats ttft, tpot, itl, e2el;
+  std::vector<TurnTtft> ttft_by_turn;    // multi-turn only, by turn index
 };
 
 BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double duration_s,

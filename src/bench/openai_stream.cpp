@@ -19,7 +19,10 @@ std::string make_request_body(const BenchRequest& request, const RequestOptions&
   nlohmann::json body;
   body["model"] = options.model;
   if (options.endpoint == Endpoint::kChatCompletions) {
-    body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", request.prompt_text}}});
+    nlohmann::json messages = nlohmann::json::array();
+    for (const ChatMessage& m : request.history) messages.push_back({{"role", m.role}, {"content", m.content}});
+    messages.push_back({{"role", "user"}, {"content", request.prompt_text}});
+    body["messages"] = std::move(messages);
   } else if (!request.prompt_token_ids.empty()) {
     body["prompt"] = request.prompt_token_ids;
   } else {
@@ -43,6 +46,16 @@ std::string error_text(const nlohmann::json& error) {
   return error.dump();
 }
 
+// The text one choice adds: "text" (completions) or "delta"."content" (chat); "" when absent.
+std::string choice_text(const nlohmann::json& choice) {
+  if (!choice.is_object()) return {};
+  if (auto it = choice.find("text"); it != choice.end() && it->is_string()) return it->get<std::string>();
+  auto delta = choice.find("delta");
+  if (delta == choice.end() || !delta->is_object()) return {};
+  auto content = delta->find("content");
+  return content != delta->end() && content->is_string() ? content->get<std::string>() : std::string();
+}
+
 }  // namespace
 
 StreamChunk parse_stream_chunk(std::string_view data) {
@@ -64,6 +77,7 @@ StreamChunk parse_stream_chunk(std::string_view data) {
   }
   if (auto it = parsed.find("choices"); it != parsed.end()) {
     chunk.has_choices = it->is_array() && !it->empty();
+    if (chunk.has_choices) chunk.text = choice_text((*it)[0]);
   }
   if (auto it = parsed.find("usage"); it != parsed.end() && it->is_object()) {
     auto tokens = it->find("completion_tokens");

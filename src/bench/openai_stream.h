@@ -27,13 +27,14 @@ struct RequestOptions {
   nlohmann::json extra_body = nlohmann::json::object();  // merged into every request (--extra-body)
 };
 
-// {"model", "prompt"|"messages", "max_tokens", "temperature":0, "stream":true,
+// {"model", "prompt"|"messages" (request.history, then the user's prompt_text), "max_tokens", "temperature":0, "stream":true,
 //  "stream_options":{"include_usage":true}[, "ignore_eos":true]}
 std::string make_request_body(const BenchRequest& request, const RequestOptions& options);
 
 struct StreamChunk {
   bool is_done = false;      // "data: [DONE]"
   bool has_choices = false;  // non-empty "choices": a token-bearing chunk (vLLM's rule)
+  std::string text;          // the first choice's text or delta content (answers of multi-turn)
   std::optional<int64_t> completion_tokens;  // from "usage"
   std::optional<std::string> error;          // an {"error": ...} chunk or unparsable data
 };

@@ -39,6 +39,16 @@ void add_latency_keys(nlohmann::json& j, const std::string& name, const LatencyS
   for (const auto& [p, value] : s.percentiles_ms) j["p" + percentile_label(p) + "_" + name + "_ms"] = value;
 }
 
+// "TTFT turn 1 (ms) p50 / p99:   812.40 / 950.10", one line per turn index (multi-turn).
+std::string turn_ttft_section(const std::vector<TurnTtft>& turns) {
+  if (turns.empty()) return "";
+  std::string out = banner("Time to First Token by Turn", '-');
+  for (const TurnTtft& t : turns) {
+    out += row(fmt::format("TTFT turn {} (ms) p50 / p99:", t.turn), fmt::format("{:.2f} / {:.2f}", t.p50_ms, t.p99_ms));
+  }
+  return out;
+}
+
 std::string local_date() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -79,6 +89,7 @@ std::string format_result_table(const BenchMetrics& m, const RunDescription& run
   out += latency_section("Time per Output Token (excl. 1st token)", "TPOT", m.tpot);
   out += latency_section("Inter-token Latency", "ITL", m.itl);
   out += latency_section("End-to-end Latency", "E2EL", m.e2el);
+  out += turn_ttft_section(m.ttft_by_turn);
   out += std::string(kTableWidth, '=') + "\n";
   if (m.failed > 0) out += "First error: " + m.first_error + "\n";
   for (const std::string& note : result_notes(m, run)) out += "Note: " + note + "\n";
@@ -116,6 +127,13 @@ nlohmann::json make_result_json(const BenchMetrics& m, const RunDescription& run
   add_latency_keys(j, "tpot", m.tpot);
   add_latency_keys(j, "itl", m.itl);
   add_latency_keys(j, "e2el", m.e2el);
+  if (!m.ttft_by_turn.empty()) {
+    auto& turns = j["ttft_by_turn"] = nlohmann::json::array();
+    for (const TurnTtft& t : m.ttft_by_turn) {
+      turns.push_back({{"turn", t.turn}, {"completed", t.completed}, {"p50_ttft_ms", t.p50_ms},
+                       {"p99_ttft_ms", t.p99_ms}});
+    }
+  }
   j["notes"] = result_notes(m, run);
   if (with_details) {
     auto& input_lens = j["input_lens"] = nlohmann::json::array();

@@ -20,6 +20,7 @@
 #include "bench/dataset.h"
 #include "bench/fake_openai_server.h"
 #include "bench/metrics.h"
+#include "bench/multi_turn.h"
 #include "bench/report.h"
 #include "bench/serve_runner.h"
 #include "cli/commands.h"
@@ -45,6 +46,8 @@ struct ServeArgs {
   double random_range_ratio = 0.0;
   int random_vocab_size = 0;
   int sharegpt_output_len = 0;
+  int multi_turn_turns = 4;
+  int multi_turn_system_len = 256;
   std::string request_rate = "inf";
   double burstiness = 1.0;
   int max_concurrency = 0;
@@ -95,7 +98,7 @@ Expected<Dataset> make_dataset(const ServeArgs& args, Endpoint endpoint, const B
     if (args.sharegpt_output_len > 0) options.fixed_output_len = args.sharegpt_output_len;
     return load_sharegpt_dataset(options, tokenizer);
   }
-  return invalid_argument("[bench] --dataset must be random or sharegpt, got '{}'", args.dataset);
+  return invalid_argument("[bench] --dataset must be random, sharegpt or multi-turn, got '{}'", args.dataset);
 }
 
 ServeConfig make_serve_config(const ServeArgs& args, Endpoint endpoint) {
@@ -144,11 +147,39 @@ std::string client_line(const RunResult& result) {
                      result.num_sse_events, result.client_cpu_s, per_cpu_s);
 }
 
+std::unique_ptr<MultiTurnConversations> make_conversations(const ServeArgs& args, Endpoint endpoint,
+                                                           const BenchTokenizer* tokenizer) {
+  MultiTurnOptions options;
+  options.num_conversations = args.num_prompts;
+  options.turns = args.multi_turn_turns;
+  options.system_len = args.multi_turn_system_len;
+  options.input_len = args.random_input_len;
+  options.output_len = args.random_output_len;
+  options.range_ratio = args.random_range_ratio;
+  options.seed = args.seed;
+  options.vocab_size = args.random_vocab_size;
+  options.endpoint = endpoint;
+  return value_or_throw(MultiTurnConversations::make(options, tokenizer));
+}
+
+// One load: the dataset's requests, or the conversations' first turns with their follow-ups.
+RunResult run_dataset(const ServeArgs& args, const ServeConfig& config, const BenchTokenizer* tokenizer,
+                      std::vector<std::string>* notes) {
+  if (args.dataset == "multi-turn") {
+    auto conversations = make_conversations(args, config.request.endpoint, tokenizer);
+    RunResult result =
+        value_or_throw(run_serve_benchmark(config, conversations->first_turns(), conversations.get()));
+    *notes = conversations->notes();
+    return result;
+  }
+  Dataset dataset = value_or_throw(make_dataset(args, config.request.endpoint, tokenizer, args.num_prompts));
+  *notes = dataset.notes;
+  return value_or_throw(run_serve_benchmark(config, dataset.requests));
+}
+
 void run_single(const ServeArgs& args, const ServeConfig& config, RunDescription run,
                 const BenchTokenizer* tokenizer, const GoodputSlo& slo) {
-  Dataset dataset = value_or_throw(make_dataset(args, config.request.endpoint, tokenizer, args.num_prompts));
-  run.notes = dataset.notes;
-  RunResult result = value_or_throw(run_serve_benchmark(config, dataset.requests));
+  RunResult result = run_dataset(args, config, tokenizer, &run.notes);
   BenchMetrics metrics = compute_metrics(result.records, result.duration_s, result.peak_concurrency, slo,
                                          run.percentiles);
   std::fputs(format_result_table(metrics, run).c_str(), stdout);
@@ -189,6 +220,9 @@ void prepare_output_path(const std::string& path) {
 
 void run_serve(const ServeArgs& args) {
   if (args.model.empty()) throw CommandError("[bench] --model is required");
+  if (!args.sweep_concurrency.empty() && args.dataset == "multi-turn") {
+    throw CommandError("[bench] --sweep-concurrency does not support --dataset multi-turn yet");
+  }
   if (!args.result_json.empty()) prepare_output_path(args.result_json);
   Endpoint endpoint = value_or_throw(parse_endpoint(args.endpoint));
   ServeConfig config = make_serve_config(args, endpoint);
@@ -211,14 +245,24 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--model", args->model, "model name sent in each request")->required();
   cmd->add_option("--tokenizer", args->tokenizer_dir, "model directory with tokenizer.json (exact token lengths)");
   cmd->add_option("--api-key", args->api_key, "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  cmd->add_option("--dataset", args->dataset, "random or sharegpt")->capture_default_str();
+  cmd->add_option("--dataset", args->dataset,
+                  "random, sharegpt or multi-turn (conversations resending their history: prefix caching)")
+      ->capture_default_str();
   cmd->add_option("--dataset-path", args->dataset_path, "ShareGPT JSON file");
-  auto* num_prompts = cmd->add_option("--num-prompts", args->num_prompts, "requests to send")->capture_default_str();
-  cmd->add_option("--random-input-len", args->random_input_len, "prompt tokens (random)")->capture_default_str();
+  auto* num_prompts =
+      cmd->add_option("--num-prompts", args->num_prompts, "requests to send (multi-turn: conversations)")
+          ->capture_default_str();
+  cmd->add_option("--random-input-len", args->random_input_len, "prompt tokens (random; multi-turn: per user message)")->capture_default_str();
   cmd->add_option("--random-output-len", args->random_output_len, "max_tokens (random)")->capture_default_str();
   cmd->add_option("--random-range-ratio", args->random_range_ratio, "lengths uniform in len*(1±r)")->capture_default_str();
   cmd->add_option("--random-vocab-size", args->random_vocab_size,
                   "random ids are drawn below this (default: the tokenizer's, else 1000)");
+  cmd->add_option("--multi-turn-turns", args->multi_turn_turns,
+                  "turns per conversation (each user message: --random-input-len, answer: --random-output-len)")
+      ->capture_default_str();
+  cmd->add_option("--multi-turn-system-len", args->multi_turn_system_len,
+                  "tokens of the system prompt every conversation shares")
+      ->capture_default_str();
   cmd->add_option("--sharegpt-output-len", args->sharegpt_output_len, "fixed max_tokens instead of the 2nd turn's length");
   cmd->add_option("--request-rate", args->request_rate, "requests/s (Poisson/gamma arrivals) or inf")->capture_default_str();
   cmd->add_option("--burstiness", args->burstiness, "gamma shape of arrival gaps (1 = Poisson)")->capture_default_str();
