@@ -7,16 +7,19 @@
 // release the blocks that left the window while a request runs, and the tokens stay exact.
 #include <algorithm>
 #include <iostream>
+#include <fstream>
 #include <set>
 
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cache/kv_cache_budget.h"
 #include "cache/kv_cache_groups.h"
 #include "golden_util.h"
 #include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
@@ -261,6 +264,85 @@ TEST(FamilyGolden, MakeModelQwen3MoeServesThroughTheEngine) {
   EXPECT_EQ(outs[1].token_ids, alone->token_ids);
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// MoE routing ties and experts that get no token: with an all-zero router every expert ties, so each
+// token takes experts 0 and 1 (ties go to the lower index) with weight 1/2 each and experts 2..7 see
+// no token. Experts 0 and 1 hold the same weights E (the others their own), so the layer computes
+// 0 + E(x)/2 + E(x)/2 = E(x) exactly: the MoE checkpoint must give bit for bit the logits of a dense
+// Qwen3 whose MLPs are E.
+TEST(FamilyGolden, MoeRoutingTiesGoToTheLowerExpertsAndIdleExpertsAreSkipped) {
+  const fs::path root = fs::temp_directory_path() / ("pagellm_moe_ties_" + std::to_string(::getpid()));
+  MakeModelOptions options;
+  options.preset = "qwen3-moe-micro";
+  options.out_dir = (root / "made").string();
+  options.dtype = DType::kF32;
+  options.weight_std = 0.2;
+  ASSERT_TRUE(make_model(options).is_ok());
+  auto made = Checkpoint::open_dir((root / "made").string());
+  ASSERT_TRUE(made.has_value()) << made.status().message();
+  auto bytes_of = [&](const std::string& name) {
+    const TensorInfo* info = made->find(name);
+    EXPECT_NE(info, nullptr) << name;
+    const auto* data = static_cast<const uint8_t*>(info->data);
+    return std::vector<uint8_t>(data, data + info->nbytes);
+  };
+  SafetensorsWriter moe, dense;
+  for (const std::string& name : made->names()) {
+    const TensorInfo* info = made->find(name);
+    const std::string::size_type experts = name.find("mlp.experts.");
+    if (name.ends_with("mlp.gate.weight")) {
+      moe.add(name, info->dtype, info->shape, std::vector<uint8_t>(info->nbytes, 0));  // every expert ties
+      continue;
+    }
+    if (experts == std::string::npos) {
+      moe.add(name, info->dtype, info->shape, bytes_of(name));
+      dense.add(name, info->dtype, info->shape, bytes_of(name));
+      continue;
+    }
+    // Expert 1 gets expert 0's weights, the others keep their own (any of them taking a token would
+    // show); the dense model's MLP is expert 0.
+    const std::string layer = name.substr(0, experts), projection = name.substr(name.rfind('.', name.size() - 8) + 1);
+    const std::string source = layer + "mlp.experts.0." + projection;
+    const bool twin = name == layer + "mlp.experts.1." + projection;
+    moe.add(name, info->dtype, info->shape, bytes_of(twin ? source : name));
+    if (name == source) dense.add(layer + "mlp." + projection, info->dtype, info->shape, bytes_of(source));
+  }
+  fs::create_directories(root / "moe");
+  fs::create_directories(root / "dense");
+  ASSERT_TRUE(moe.write((root / "moe" / "model.safetensors").string()).is_ok());
+  ASSERT_TRUE(dense.write((root / "dense" / "model.safetensors").string()).is_ok());
+  fs::copy_file(root / "made" / "config.json", root / "moe" / "config.json");
+  {
+    std::ifstream in(root / "made" / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["architectures"] = {"Qwen3ForCausalLM"};
+    config["model_type"] = "qwen3";
+    config["intermediate_size"] = config["moe_intermediate_size"];
+    for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+                            "mlp_only_layers", "norm_topk_prob"})
+      config.erase(key);
+    std::ofstream(root / "dense" / "config.json") << config.dump(2);
+  }
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.has_value());
+  auto moe_model = load_model((root / "moe").string(), **backend);
+  auto dense_model = load_model((root / "dense").string(), **backend);
+  ASSERT_TRUE(moe_model.has_value()) << moe_model.status().message();
+  ASSERT_TRUE(dense_model.has_value()) << dense_model.status().message();
+  const std::vector<TokenId> prompt = {7, 300, 42, 42, 9, 511, 0, 128};
+  auto from_moe = generate_sequence(**moe_model, **backend, prompt, greedy_options(8));
+  auto from_dense = generate_sequence(**dense_model, **backend, prompt, greedy_options(8));
+  ASSERT_TRUE(from_moe.has_value() && from_dense.has_value());
+  EXPECT_EQ(from_moe->prompt_logits, from_dense->prompt_logits);
+  EXPECT_EQ(from_moe->token_ids, from_dense->token_ids);
+  fs::remove_all(root);
 }
 
 }  // namespace
