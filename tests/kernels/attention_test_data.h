@@ -2,6 +2,7 @@
 // tables, garbage in unused blocks), the implementations under test and the comparison rules.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -72,6 +73,28 @@ void store_float(void* base, DType dtype, int64_t offset, float value);
 float load_float(const void* base, DType dtype, int64_t offset);
 // Fills a tensor with NaN so rows an op forgets to write stand out.
 void fill_nan(const Tensor& t);
+
+// The elements i < n whose error(i) is not within allowed(i) (a NaN error never is): how many, and
+// the worst by error / allowed (-1 when none), for the comparisons' one-line messages.
+struct Violations {
+  int64_t count = 0, worst = -1;
+};
+template <typename Error, typename Allowed>
+Violations find_violations(int64_t n, Error error, Allowed allowed) {
+  Violations v;
+  double worst_excess = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = error(i), a = allowed(i);
+    if (e <= a) continue;
+    ++v.count;
+    const double excess = std::isnan(e) ? 1e300 : e / a;
+    if (v.worst < 0 || excess > worst_excess) {
+      v.worst = i;
+      worst_excess = excess;
+    }
+  }
+  return v;
+}
 
 // The implementations besides the reference (the triangle's other corners). Each takes host views
 // and writes host `out`. A device backend joins the list with an entry that copies the inputs to its

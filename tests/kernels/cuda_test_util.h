@@ -5,8 +5,10 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +73,17 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// Microseconds per call of `product` on the GPU: `warmup` calls, then the mean of `iterations`
+// (the device synchronised before and after the timed calls). For the printed microbenchmarks.
+inline double time_us(Backend& gpu, const std::function<void()>& product, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) product();
+  gpu.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) product();
+  gpu.synchronize();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iterations;
+}
+
 inline Tensor to_device(Backend& gpu, const TensorView& host) {
   Tensor t = gpu.alloc(host.shape, host.dtype);
   gpu.copy(t.view(), host);
@@ -100,23 +113,14 @@ inline Tensor converted(const Tensor& t, DType dtype) {
 // |got - want| <= rel * |want| + abs elementwise (NaN fails); "" or the worst element.
 inline std::string compare_tensors(const Tensor& want, const Tensor& got, double rel, double abs) {
   if (want.numel() != got.numel()) return fmt::format("numel {} vs {}", want.numel(), got.numel());
-  int64_t failures = 0, worst = -1;
-  double worst_excess = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double w = load_float(want.view().data, want.dtype(), i), g = load_float(got.view().data, got.dtype(), i);
-    const double allowed = rel * std::fabs(w) + abs;
-    const double error = std::fabs(g - w);
-    if (!(error <= allowed)) {
-      ++failures;
-      const double excess = std::isnan(error) ? 1e300 : error / allowed;
-      if (worst < 0 || excess > worst_excess) {
-        worst = i;
-        worst_excess = excess;
-      }
-    }
-  }
-  if (failures == 0) return "";
-  return fmt::format("{} of {} elements differ; worst at {}: want {} got {}", failures, want.numel(), worst,
+  auto want_at = [&](int64_t i) { return static_cast<double>(load_float(want.view().data, want.dtype(), i)); };
+  auto got_at = [&](int64_t i) { return static_cast<double>(load_float(got.view().data, got.dtype(), i)); };
+  const attention_test::Violations v = attention_test::find_violations(
+      want.numel(), [&](int64_t i) { return std::fabs(got_at(i) - want_at(i)); },
+      [&](int64_t i) { return rel * std::fabs(want_at(i)) + abs; });
+  if (v.count == 0) return "";
+  const int64_t worst = v.worst;
+  return fmt::format("{} of {} elements differ; worst at {}: want {} got {}", v.count, want.numel(), worst,
                      load_float(want.view().data, want.dtype(), worst), load_float(got.view().data, got.dtype(), worst));
 }
 

@@ -18,9 +18,11 @@
 
 namespace pagellm::quant_test {
 
+using attention_test::find_violations;
 using attention_test::load_float;
 using attention_test::Rng;
 using attention_test::store_float;
+using attention_test::Violations;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -129,26 +131,19 @@ inline Reference reference_product(const Tensor& x, const Tensor& w_f32) {
 // of the reference, else the worst element. out_rel covers the one rounding into out's dtype;
 // weight_rel the per-term error of an f32 sum (~K * 2^-24) or of W rounded to 16 bits (2^-9 for bf16).
 inline std::string compare_to_reference(const Reference& ref, const Tensor& got, double out_rel, double weight_rel) {
-  int64_t failures = 0, worst = -1;
-  double worst_excess = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double want = ref.value[static_cast<size_t>(i)];
-    const double allowed = out_rel * std::fabs(want) + weight_rel * ref.magnitude[static_cast<size_t>(i)] + 1e-6;
-    const double error = std::fabs(load_float(got.view().data, got.dtype(), i) - want);
-    if (!(error <= allowed)) {
-      ++failures;
-      const double excess = std::isnan(error) ? 1e300 : error / allowed;
-      if (worst < 0 || excess > worst_excess) {
-        worst = i;
-        worst_excess = excess;
-      }
-    }
-  }
-  if (failures == 0) return "";
-  return fmt::format("{} of {} elements differ; worst at {}: want {} got {} (allowed {})", failures, got.numel(), worst,
+  auto allowed = [&](int64_t i) {
+    return out_rel * std::fabs(ref.value[static_cast<size_t>(i)]) + weight_rel * ref.magnitude[static_cast<size_t>(i)] +
+           1e-6;
+  };
+  const Violations v = find_violations(
+      got.numel(),
+      [&](int64_t i) { return std::fabs(load_float(got.view().data, got.dtype(), i) - ref.value[static_cast<size_t>(i)]); },
+      allowed);
+  if (v.count == 0) return "";
+  const int64_t worst = v.worst;
+  return fmt::format("{} of {} elements differ; worst at {}: want {} got {} (allowed {})", v.count, got.numel(), worst,
                      ref.value[static_cast<size_t>(worst)], load_float(got.view().data, got.dtype(), worst),
-                     out_rel * std::fabs(ref.value[static_cast<size_t>(worst)]) +
-                         weight_rel * ref.magnitude[static_cast<size_t>(worst)] + 1e-6);
+                     allowed(worst));
 }
 
 // The one rounding into out's dtype, relative: half an ulp (2^-8 bf16, 2^-11 f16, 2^-24 f32), doubled

@@ -226,15 +226,7 @@ TEST(CudaQuantGemm, PrintsGemvBandwidth) {
   PAGELLM_GPU_OR_SKIP(gpu);
   const ScopedQuantGemvEnv env(nullptr);
   Rng rng(24);
-  constexpr int kIterations = 50;
-  auto time_us = [&](const std::function<void()>& product) {
-    for (int i = 0; i < 5; ++i) product();
-    gpu->synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kIterations; ++i) product();
-    gpu->synchronize();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kIterations;
-  };
+  auto time_us = [&](const std::function<void()>& product) { return cuda_test::time_us(*gpu, product, 5, 50); };
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{12288, 4096}, std::pair<int64_t, int64_t>{4096, 12288}}) {
     const Fp8Weight f8 = random_fp8_weight(n, k, 128, 128, rng);
     const Int4Weight i4 = random_int4_weight(n, k, 128, rng);

@@ -258,15 +258,7 @@ TEST(CudaW8A8, OtherShapesTakeTheDequantizationPath) {
 TEST(CudaW8A8, PrintsThroughputAgainstBf16) {
   PAGELLM_GPU_OR_SKIP(gpu);
   Rng rng(84);
-  constexpr int kIterations = 20;
-  auto time_us = [&](const std::function<void()>& product) {
-    for (int i = 0; i < 3; ++i) product();
-    gpu->synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kIterations; ++i) product();
-    gpu->synchronize();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kIterations;
-  };
+  auto time_us = [&](const std::function<void()>& product) { return cuda_test::time_us(*gpu, product, 3, 20); };
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{12288, 4096}, std::pair<int64_t, int64_t>{4096, 12288}}) {
     const Fp8Weight f8 = random_fp8_weight(n, k, 128, 128, rng);
     const Tensor w8 = to_device(*gpu, f8.w.view()), s8 = to_device(*gpu, f8.w_scale.view());

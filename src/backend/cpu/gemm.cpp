@@ -264,20 +264,9 @@ namespace {
 template <typename WT>
 void matmul_with(TensorView out, const TensorView& x, const WT* w, ThreadPool* pool) {
   const int64_t m = x.size(0), k = x.size(1), n = out.size(1);
-  // x: in place when f32, else widened once into a contiguous copy.
   std::vector<float> x_f32;
-  const float* x_ptr = x.ptr<float>();
-  int64_t ldx = x.strides[0];
-  if (x.dtype != DType::kF32) {
-    x_f32.resize(static_cast<size_t>(m * k));
-    const size_t elem = dtype_size_bytes(x.dtype);
-    for (int64_t r = 0; r < m; ++r)
-      convert_to_f32(static_cast<const char*>(x.data) + static_cast<size_t>(r * x.strides[0]) * elem, x.dtype,
-                     x_f32.data() + r * k, static_cast<size_t>(k));
-    x_ptr = x_f32.data();
-    ldx = k;
-  }
-  const Gemm<WT> g{m, n, k, x_ptr, ldx, w, k};
+  const F32Rows rows = f32_rows(x, x_f32);
+  const Gemm<WT> g{m, n, k, rows.data, rows.ld, w, k};
   if (out.dtype == DType::kF32) {
     gemm_any(gemm_isa(), g, pool, out.ptr<float>(), out.strides[0], &no_finish);
     return;
@@ -307,6 +296,17 @@ void matmul(TensorView out, const TensorView& x, const TensorView& w, ThreadPool
   if (m == 0 || n == 0) return;
   if (w.dtype == DType::kBF16) matmul_with(out, x, static_cast<const uint16_t*>(w.data), pool);
   else matmul_with(out, x, w.ptr<float>(), pool);
+}
+
+F32Rows f32_rows(const TensorView& x, std::vector<float>& storage) {
+  const int64_t m = x.size(0), k = x.size(1);
+  if (x.dtype == DType::kF32) return {x.ptr<float>(), m > 1 ? x.strides[0] : k};
+  storage.resize(static_cast<size_t>(m * k));
+  const size_t elem = dtype_size_bytes(x.dtype);
+  for (int64_t r = 0; r < m; ++r)
+    convert_to_f32(static_cast<const char*>(x.data) + static_cast<size_t>(r * x.strides[0]) * elem, x.dtype,
+                   storage.data() + r * k, static_cast<size_t>(k));
+  return {storage.data(), k};
 }
 
 }  // namespace pagellm::cpu

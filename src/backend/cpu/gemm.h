@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -39,5 +40,13 @@ void gemm_bf16w_isa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* x
 // The Backend::matmul contract: x [M, K] and out [M, N] of any float dtype with a row stride
 // (unit column stride), w [N, K] contiguous f32 or bf16; computes in f32 and rounds once to out's dtype.
 void matmul(TensorView out, const TensorView& x, const TensorView& w, ThreadPool* pool = nullptr);
+
+// The f32 rows the GEMMs read from x [M, K] (unit column stride): x itself when f32, else x widened
+// once into `storage` (contiguous). `ld` is the row stride of what `data` points at.
+struct F32Rows {
+  const float* data = nullptr;
+  int64_t ld = 0;
+};
+F32Rows f32_rows(const TensorView& x, std::vector<float>& storage);
 
 }  // namespace pagellm::cpu

@@ -85,19 +85,10 @@ void quantized_matmul(TensorView out, const TensorView& x, int64_t n, int64_t k,
                       ThreadPool* pool) {
   const int64_t m = x.size(0);
   if (m == 0 || n == 0) return;
-  // x: in place when f32, else widened once into a contiguous copy (as cpu::matmul does).
   std::vector<float> x_f32;
-  const float* x_ptr = x.ptr<float>();
-  int64_t ldx = m > 1 ? x.strides[0] : k;
-  if (x.dtype != DType::kF32) {
-    x_f32.resize(static_cast<size_t>(m * k));
-    const size_t elem = dtype_size_bytes(x.dtype);
-    for (int64_t r = 0; r < m; ++r)
-      convert_to_f32(static_cast<const char*>(x.data) + static_cast<size_t>(r * x.strides[0]) * elem, x.dtype,
-                     x_f32.data() + r * k, static_cast<size_t>(k));
-    x_ptr = x_f32.data();
-    ldx = k;
-  }
+  const F32Rows x_rows = f32_rows(x, x_f32);
+  const float* x_ptr = x_rows.data;
+  const int64_t ldx = x_rows.ld;
   ThreadPool& tp = pool ? *pool : ThreadPool::global();
   const int64_t rows = block_rows(n, k, tp.num_threads());
   const int64_t num_blocks = ceil_div(n, rows);
