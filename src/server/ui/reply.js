@@ -4,6 +4,7 @@
 
 const THINK_OPEN = '<think>';
 const THINK_CLOSE = '</think>';
+const MIN_TIMED_SECONDS = 0.05;
 
 // "<think>R</think>A" → {reasoning: R, content: A}. A chat template that opens the think block in
 // the prompt (Qwen3's) leaves only "R</think>A". While the block is open, `thinking` is true.
@@ -51,13 +52,13 @@ export class Reply {
     return {content: inline.content, reasoning, thinking};
   }
 
-  // "42 tokens · 35.2 tok/s" once the server sent usage; generation speed from the first token on.
+  // "42 tokens · 35.2 tok/s" once the server sent usage; generation speed from the first token on,
+  // left out when the tokens came too close together to time (a short reply read in one piece).
   stats() {
     if (!this.usage) return '';
     const tokens = this.usage.completion_tokens;
-    const seconds = this.firstTokenMs !== null && this.lastTokenMs > this.firstTokenMs
-                        ? (this.lastTokenMs - this.firstTokenMs) / 1000 : 0;
-    const speed = seconds > 0 && tokens > 1 ? ` · ${((tokens - 1) / seconds).toFixed(1)} tok/s` : '';
+    const seconds = this.firstTokenMs !== null ? (this.lastTokenMs - this.firstTokenMs) / 1000 : 0;
+    const speed = seconds >= MIN_TIMED_SECONDS && tokens > 1 ? ` · ${((tokens - 1) / seconds).toFixed(1)} tok/s` : '';
     return `${tokens} token${tokens === 1 ? '' : 's'}${speed}`;
   }
 }

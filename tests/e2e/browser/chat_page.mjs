@@ -28,6 +28,8 @@ if (!baseUrl) {
 }
 const WAIT_MS = 20000;
 const consoleErrors = [];  // console errors and uncaught exceptions of the page
+// HTTP statuses the page is made to get on purpose: Chromium logs each as a console error.
+const expectedStatuses = new Set();
 
 // ---- helpers ----
 
@@ -124,14 +126,14 @@ async function checkChat(page) {
 
   await step('a message gets a user bubble and a streamed assistant reply with the settings', async () => {
     await saveSettings(page, {'#setting-system-prompt': 'You are terse.', '#setting-temperature': '0',
-                              '#setting-top-p': '0.9', '#setting-max-tokens': '24'});
+                              '#setting-top-p': '0.9', '#setting-max-tokens': '64'});
     await watchStreaming(page);
     await sendMessage(page, 'Hello there');
     await page.waitForSelector('[data-role="user"]');
     assert.deepEqual(await texts(page, '[data-role="user"] .bubble'), ['Hello there']);
     const reply = await waitForReply(page);
     assert.ok(reply.content.length > 0, 'the reply has text');
-    assert.match(reply.status, /^24 tokens · [\d.]+ tok\/s · max tokens reached$/);
+    assert.match(reply.status, /^64 tokens( · [\d.]+ tok\/s)? · max tokens reached$/);
     const shown = await page.evaluate(() => [...window.streamedTexts]);
     assert.ok(shown.length >= 3, `the reply grew in steps while streaming (${shown.length} texts seen)`);
     assert.ok(shown.every((text, i) => i === 0 || text.length >= shown[i - 1].length));
@@ -141,7 +143,7 @@ async function checkChat(page) {
     assert.equal(body.stream, true);
     assert.equal(body.temperature, 0);
     assert.equal(body.top_p, 0.9);
-    assert.equal(body.max_tokens, 24);
+    assert.equal(body.max_tokens, 64);
     assert.deepEqual(body.messages, [{role: 'system', content: 'You are terse.'}, {role: 'user', content: 'Hello there'}]);
     assert.equal(await page.$eval('.conversation.active .conversation-open', (n) => n.textContent), 'Hello there');
   });
@@ -164,6 +166,7 @@ async function checkChat(page) {
 
   await step('Stop aborts a long reply and the engine frees the request', async () => {
     const abortsBefore = await metric('request_success_total', 'finished_reason="abort"');
+    const tokensBefore = await metric('generation_tokens_total');
     await page.click('#new-chat');
     await page.waitForSelector('.empty-state');
     await saveSettings(page, {'#setting-max-tokens': '900'});
@@ -177,7 +180,9 @@ async function checkChat(page) {
                     async () => await metric('request_success_total', 'finished_reason="abort"') === abortsBefore + 1 &&
                                 await metric('num_requests_running') === 0);
     console.log(`  the engine counted the abort ${Date.now() - stopMs} ms after Stop`);
-    assert.ok(await metric('generation_tokens_total') < 24 + 24 + 900, 'the long reply did not run to its end');
+    const tokens = await metric('generation_tokens_total') - tokensBefore;
+    assert.ok(tokens > 0 && tokens < 900, `the long reply stopped early (${tokens} of 900 tokens)`);
+    console.log(`  ${tokens} of 900 tokens generated`);
     assert.equal(await metric('kv_cache_blocks_used'), 0, 'no KV cache block is held after the abort');
     const reply = await waitForReply(page);
     assert.ok(reply.content.length > 0, 'the text streamed before Stop is kept');
@@ -213,9 +218,17 @@ async function checkChat(page) {
     await page.waitForSelector('.empty-state');
     assert.equal(await page.$eval('#chat-title', (n) => n.textContent), 'New chat');
     assert.equal((await texts(page, '.conversation-open')).length, 2, 'an unsent new chat is not stored');
-    await saveSettings(page, {'#setting-max-tokens': '4'});
+    // A request the server refuses (prompt + max_tokens over --max-model-len): its error shows in the reply.
+    await saveSettings(page, {'#setting-max-tokens': '5000'});
+    expectedStatuses.add(400);
     await sendMessage(page, 'Third one');
-    await waitForReply(page);
+    const refused = await waitForReply(page);
+    expectedStatuses.delete(400);
+    assert.match(refused.status, /^Error: .*max_tokens/);
+    await saveSettings(page, {'#setting-max-tokens': '4'});
+    await page.click('[data-role="assistant"] .regenerate');
+    assert.match((await waitForReply(page)).status, /^4 tokens/);
+    assert.equal(await page.$$eval('[data-role]', (nodes) => nodes.length), 2, 'Regenerate replaced the failed reply');
     // Most recently updated first.
     assert.deepEqual(await texts(page, '.conversation-open'), ['Third one', 'Tell me a very long story', 'Hello there']);
 
@@ -233,6 +246,48 @@ async function checkChat(page) {
     await page.reload({waitUntil: 'load'});
     await waitForModels(page);
     assert.deepEqual(await texts(page, '.conversation-open'), ['Greetings', 'Hello there']);
+  });
+
+  // The test model's random weights never think nor write Markdown: a canned stream stands in for
+  // the server here, to show how the page presents what a real model sends.
+  await step('reasoning_content is folded above the answer; code blocks copy (canned SSE stream)', async () => {
+    const events = [{role: 'assistant', content: ''}, {reasoning_content: 'The user wants '},
+                    {reasoning_content: 'a loop.'}, {content: 'Here:\n\n```c\nfor (int i = 0; i < 3; i++) {}\n'},
+                    {content: '```\n'}]
+                       .map((delta) => ({choices: [{index: 0, delta, finish_reason: null}]}));
+    events.push({choices: [{index: 0, delta: {}, finish_reason: 'stop'}]});
+    events.push({choices: [], usage: {prompt_tokens: 9, completion_tokens: 20, total_tokens: 29}});
+    const body = `${events.map((event) => `data: ${JSON.stringify(event)}\n\n`).join('')}data: [DONE]\n\n`;
+    const canned = (request) => {
+      if (request.url().endsWith('/v1/chat/completions')) request.respond({status: 200, contentType: 'text/event-stream', body});
+      else request.continue();
+    };
+    await page.setRequestInterception(true);
+    page.on('request', canned);
+    await page.click('#new-chat');
+    await sendMessage(page, 'A loop in C?');
+    const reply = await waitForReply(page);
+    page.off('request', canned);
+    await page.setRequestInterception(false);
+    assert.equal(reply.status, '20 tokens');
+    const shown = () => page.$eval('[data-role="assistant"]', (node) => ({
+      reasoningShown: !node.querySelector('.reasoning').hidden,
+      reasoningOpen: node.querySelector('.reasoning').open,
+      reasoning: node.querySelector('.reasoning-text').textContent,
+      paragraph: node.querySelector('.content p').textContent,
+      code: node.querySelector('.content .code-block code').textContent,
+      language: node.querySelector('.content .code-lang').textContent,
+    }));
+    const expected = {reasoningShown: true, reasoningOpen: false, reasoning: 'The user wants a loop.', paragraph: 'Here:',
+                      code: 'for (int i = 0; i < 3; i++) {}', language: 'c'};
+    assert.deepEqual(await shown(), expected);
+    await page.click('[data-role="assistant"] .reasoning summary');
+    assert.equal(await page.$eval('[data-role="assistant"] .reasoning', (node) => node.open), true);
+    await page.click('[data-role="assistant"] .copy-code');
+    await page.waitForFunction(() => document.querySelector('.copy-code').textContent === 'Copied', {timeout: WAIT_MS});
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), expected.code);
+    await page.reload({waitUntil: 'load'});
+    assert.deepEqual(await shown(), expected);
   });
 
   await step('the theme switches between light and dark', async () => {
@@ -257,7 +312,9 @@ async function checkChat(page) {
     assert.ok(composer <= 844, 'the composer is on screen');
     await page.click('#toggle-sidebar');
     await waitUntil('the drawer to open', async () => await sidebarRight() > 200);
-    await page.click('.conversation:nth-child(2) .conversation-open');
+    const items = await page.$$('.conversation-open');
+    const titles = await texts(page, '.conversation-open');
+    await items[titles.indexOf('Hello there')].click();
     await waitUntil('the drawer to close', async () => await sidebarRight() <= 0);
     assert.equal(await page.$eval('#chat-title', (n) => n.textContent), 'Hello there');
   });
@@ -269,6 +326,7 @@ async function checkApiKey(page) {
   page.on('request', (request) => {
     if (request.url().endsWith('/v1/chat/completions')) authorization = request.headers().authorization;
   });
+  expectedStatuses.add(401);
   await step('the page loads without a key and asks for it', async () => {
     const response = await page.goto(`${baseUrl}/`, {waitUntil: 'load'});
     assert.equal(response.status(), 200);
@@ -306,8 +364,8 @@ try {
   await page.setViewport({width: 1100, height: 720});
   page.on('console', (message) => {
     if (message.type() !== 'error') return;
-    // With --api-key, Chromium logs each 401 answer of the page's fetches; those are expected.
-    if (options['api-key'] && /status of 401/.test(message.text())) return;
+    const status = /status of (\d+)/.exec(message.text());
+    if (status && expectedStatuses.has(Number(status[1]))) return;
     consoleErrors.push(message.text());
   });
   page.on('pageerror', (error) => consoleErrors.push(`uncaught: ${error.message}`));
