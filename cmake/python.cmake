@@ -4,7 +4,7 @@
 # picks another (pip install . passes the interpreter that runs pip). The module, its tests and
 # `pip install .` all use ${Python_EXECUTABLE}.
 if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3)
-  set(Python_EXECUTABLE /usr/bin/python3)
+  set(Python_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "The Python interpreter of the Python package and its tests")
 endif()
 find_package(Python 3.8 COMPONENTS Interpreter Development.Module)
 if(Python_FOUND)

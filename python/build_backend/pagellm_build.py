@@ -39,7 +39,7 @@ def _cached_python(build_dir: Path) -> str:
     cache = build_dir / "CMakeCache.txt"
     if not cache.exists():
         return ""
-    match = re.search(r"^Python_EXECUTABLE:\w+=(.*)$", cache.read_text(), re.M)
+    match = re.search(r"^_?Python_EXECUTABLE:\w+=(.*)$", cache.read_text(), re.M)
     return match.group(1).strip() if match else ""
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from pagellm import _pagellm
 
 
+@dataclass
 class SamplingParams:
     """How to sample one prompt's completions (vLLM's ``SamplingParams``).
 
@@ -18,49 +20,38 @@ class SamplingParams:
     ``seed`` makes a request reproducible, alone or batched. Bad values raise ValueError.
     """
 
-    def __init__(
-        self,
-        n: int = 1,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        repetition_penalty: float = 1.0,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        seed: Optional[int] = None,
-        stop: Optional[Union[str, list[str]]] = None,
-        stop_token_ids: Optional[list[int]] = None,
-        ignore_eos: bool = False,
-        max_tokens: Optional[int] = 16,
-        min_tokens: int = 0,
-        logprobs: Optional[int] = None,
-        prompt_logprobs: Optional[int] = None,
-        skip_special_tokens: bool = True,
-        include_stop_str_in_output: bool = False,
-        logit_bias: Optional[dict[int, float]] = None,
-    ) -> None:
-        self.n = n
-        self.presence_penalty = presence_penalty
-        self.frequency_penalty = frequency_penalty
-        self.repetition_penalty = repetition_penalty
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
-        self.min_p = min_p
-        self.seed = seed
-        self.stop = [stop] if isinstance(stop, str) else list(stop or [])
-        self.stop_token_ids = list(stop_token_ids or [])
-        self.ignore_eos = ignore_eos
-        self.max_tokens = max_tokens
-        self.min_tokens = min_tokens
-        self.logprobs = logprobs
-        self.prompt_logprobs = prompt_logprobs
-        self.skip_special_tokens = skip_special_tokens
-        self.include_stop_str_in_output = include_stop_str_in_output
-        self.logit_bias = dict(logit_bias or {})
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: Optional[int] = None
+    stop: Optional[Union[str, list[str]]] = None  # kept as a list
+    stop_token_ids: Optional[list[int]] = None    # kept as a list
+    ignore_eos: bool = False
+    max_tokens: Optional[int] = 16
+    min_tokens: int = 0
+    logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    logit_bias: Optional[dict[int, float]] = None  # kept as a dict
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stop, (str, list, tuple, type(None))):
+            raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
+        if not isinstance(self.stop_token_ids, (list, tuple, type(None))):
+            raise ValueError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
+        if not isinstance(self.logit_bias, (dict, type(None))):
+            raise ValueError(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}")
+        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        self.logit_bias = dict(self.logit_bias or {})
         self._check_shapes()
-        self.to_engine(max_tokens=max_tokens if max_tokens is not None else max(1, min_tokens)).validate()
+        self.to_engine(max_tokens=self.max_tokens if self.max_tokens is not None else max(1, self.min_tokens)).validate()
 
     def _check_shapes(self) -> None:
         """What the engine's own check cannot see: Python types and the fields it has no notion of."""
@@ -104,10 +95,6 @@ class SamplingParams:
 
     def clone(self) -> "SamplingParams":
         return copy.deepcopy(self)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
-        return f"SamplingParams({fields})"
 
 
 def _number(name: str, value, kind: type):

@@ -33,6 +33,8 @@ def test_vllm_defaults():
     ({"top_k": 2.5}, r"top_k must be an integer, got 2.5"),
     ({"stop": ["ok", 3]}, r"stop must be a string or a list of strings"),
     ({"stop_token_ids": ["x"]}, r"stop_token_ids must be a list of token ids"),
+    ({"stop_token_ids": 7}, r"stop_token_ids must be a list of token ids"),
+    ({"logit_bias": {"x": 1.0}}, r"logit_bias must map token ids to numbers"),
     ({"seed": -1}, r"seed must be in \[0, 2\*\*64\)"),
     ({"max_tokens": 1.5}, r"max_tokens must be an integer or None"),
 ])
