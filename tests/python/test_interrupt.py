@@ -80,3 +80,25 @@ def test_sigint_in_a_real_process(chat_model_dir):
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert out.split("\n")[:2] == ["interrupted leak_free=True", "after 3"], out + err
+
+
+def test_other_threads_run_while_the_engine_works(chat_llm):
+    """The GIL is released while the engine runs: a Python thread keeps ticking during generate."""
+    ticks = 0
+    done = threading.Event()
+
+    def tick():
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    started = time.monotonic()
+    chat_llm.generate(["a", "b"], SamplingParams(temperature=0, max_tokens=150, ignore_eos=True))
+    elapsed = time.monotonic() - started
+    done.set()
+    thread.join()
+    # Held through each 50 ms wait, the GIL would allow about one tick per wait.
+    assert ticks > elapsed / 0.01, f"{ticks} ticks in {elapsed:.2f} s"
