@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "server/openai_request.h"
 
 namespace pagellm::python {

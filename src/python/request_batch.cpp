@@ -1,6 +1,9 @@
 #include "python/request_batch.h"
 
 #include <chrono>
+#include <optional>
+
+#include <fmt/format.h>
 
 namespace pagellm::python {
 
