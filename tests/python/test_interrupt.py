@@ -100,5 +100,5 @@ def test_other_threads_run_while_the_engine_works(chat_llm):
     elapsed = time.monotonic() - started
     done.set()
     thread.join()
-    # Held through each 50 ms wait, the GIL would allow about one tick per wait.
-    assert ticks > elapsed / 0.01, f"{ticks} ticks in {elapsed:.2f} s"
+    # Held through each 50 ms wait, the GIL would allow about one tick per wait; released, hundreds.
+    assert ticks > elapsed / 0.02, f"{ticks} ticks in {elapsed:.2f} s"
