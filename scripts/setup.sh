@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build ccache pkg-config git nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev googletest
-  libgtest-dev libbenchmark-dev python3 python3-jinja2 nodejs npm curl chromium)
+  libgtest-dev libbenchmark-dev python3 python3-jinja2 python3-dev pybind11-dev python3-pytest nodejs npm curl
+  chromium)
 
 missing=()
 for p in "${packages[@]}"; do

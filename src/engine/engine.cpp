@@ -506,6 +506,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
           StopStringMatcher::Result matched = live.stop_matcher->feed(delta);
           out.text = std::move(matched.text);
           if (matched.stopped) {
+            out.stop_string_index = matched.stop_index;
             if (!finish) (void)scheduler_->finish_early(update.request_id, FinishReason::kStop);
             finish = FinishReason::kStop;
           } else if (finish) {
