@@ -64,6 +64,10 @@ class OpGraph {
 // Which form of the gated delta rule runs (both give the same result up to f32 rounding).
 // kAuto: recurrent for one-token sequences (decode), chunked (C = 64) for longer ones (prefill).
 enum class GdnAlgo { kAuto, kRecurrent, kChunked };
+// The chunk of the chunked form, in tokens, on every backend (chunks start at a sequence's first row).
+inline constexpr int kGdnChunkTokens = 64;
+// Under kAuto, a sequence of at least this many tokens takes the chunked form on every backend.
+inline constexpr int kGdnMinChunkedTokens = 16;
 
 // The varlen batch of the Gated DeltaNet ops (spec/models.md B.6-B.10). Sequence s owns token rows
 // [cu_seqlens_q[s], cu_seqlens_q[s+1]) and reads and then writes its state in slot state_slots[s] of
@@ -73,6 +77,10 @@ struct GdnParams {
   TensorView state_slots;   // [num_seqs], i32
   int32_t max_seqlen_q = 0;  // host-side planning hint (0 = unknown)
   GdnAlgo algo = GdnAlgo::kAuto;
+  // Prefix-cache checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
+  // sequence's state after token row t, or -1. gdn_delta_rule honours them only where a chunk of its
+  // chunked form ends (every 64 tokens of a sequence, and its last token).
+  TensorView checkpoint_slots;
 };
 
 // The CPU twin of Backend::sample on host views (sampling_math.cpp): rows with temperature > 0 get

@@ -166,10 +166,16 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.enable_prefix_caching = config.enable_prefix_caching;
   sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
   sched.kv_group_windows = kv_cache_groups_of(model_->memory_spec()).windows;
+  if (model_->memory_spec().is_hybrid()) {  // GDN chunks and prefix-cache checkpoints (engine/state_memory.h)
+    sched.gdn_chunk_tokens = kGdnChunkTokens;
+    sched.num_state_checkpoints = config.num_state_checkpoints;
+    sched.checkpoint_interval_tokens = config.hybrid_checkpoint_interval_blocks * config.block_size;
+    sched.min_recompute_tokens = kGdnMinChunkedTokens;
+  }
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs,
-                                          kv_cache_dtype);
+                                          kv_cache_dtype, config.num_state_checkpoints);
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;

@@ -33,6 +33,11 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
+  // Hybrid (GDN) models' prefix cache: a GDN state checkpoint every this many blocks of a prompt
+  // (0 = the fewest blocks that make a multiple of the 64-token GDN chunk: 4 of 16 tokens). The
+  // engine sets num_state_checkpoints from the memory budget (engine/state_memory.h).
+  int hybrid_checkpoint_interval_blocks = 0;
+  int num_state_checkpoints = 0;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
   // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for

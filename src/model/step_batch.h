@@ -33,6 +33,7 @@ struct StepBatch {
   TensorView slot_mapping;  // [T], i64
   TensorView logits_rows;   // [R], i32
   TensorView state_slots;   // [B], i32: GDN state slot of each sequence (hybrid models; else empty)
+  TensorView gdn_checkpoint_slots;  // [T], i32: prefix-cache checkpoints (GdnParams::checkpoint_slots); else empty
   std::vector<TensorView> more_block_tables;   // [G - 1]: KV cache groups 1.. ([B, max_blocks], i32 each)
   std::vector<TensorView> more_slot_mappings;  // [G - 1]: ([T], i64 each)
 

@@ -35,6 +35,7 @@
 #include <optional>
 #include <vector>
 
+#include "cache/checkpoint_pool.h"
 #include "cache/ids.h"
 #include "sched/request.h"
 
@@ -67,6 +68,10 @@ struct ScheduledRequest {
   // start_pos + 1, ... of this row predict (prompt ids start_pos + 1 ...), one per prompt position
   // of the row but the prompt's last; the runner computes a logits row for each. Empty otherwise.
   std::vector<TokenId> prompt_logprob_targets;
+  // Hybrid models' prefix cache: the GDN state an is_new row starts from (the checkpoint of its
+  // prefix hit; -1 = zeros), and the checkpoints this row writes (states after some of its tokens).
+  int32_t restore_state_checkpoint = -1;
+  std::vector<PlannedCheckpoint> state_checkpoints;
 
   int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
   int context_len() const { return start_pos + num_new_tokens(); }  // seq_lens_k

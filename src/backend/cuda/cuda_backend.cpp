@@ -981,6 +981,10 @@ cuda::GdnSeqs gdn_seqs(const GdnParams& params, int64_t num_slots, const char* o
   seqs.cu_seqlens_q = params.cu_seqlens_q.ptr<int32_t>();
   seqs.state_slots = params.state_slots.ptr<int32_t>();
   seqs.num_slots = num_slots;
+  if (params.checkpoint_slots.data != nullptr) {
+    check_index_vector(params.checkpoint_slots, DType::kI32, params.checkpoint_slots.numel(), op, "checkpoint_slots");
+    seqs.checkpoint_slots = params.checkpoint_slots.ptr<int32_t>();
+  }
   return seqs;
 }
 

@@ -175,6 +175,9 @@ cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const Atten
 struct GdnSeqs {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* state_slots = nullptr;
+  // [T] or null: the slot that also receives a sequence's state after token row t (-1 = none); the
+  // chunked delta rule writes it only at its chunk ends (GdnParams::checkpoint_slots).
+  const int32_t* checkpoint_slots = nullptr;
   int64_t num_seqs = 0, num_slots = 0;
 };
 
