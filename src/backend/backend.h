@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -310,6 +311,17 @@ class Backend {
   // logit_bias: for k < K, logits[row_k][token_k] += bias_k, rounded to the logits' dtype, in order
   // (a repeated (row, token) adds twice). entries [K, 3] i32: row, token, bias as f32 bits.
   virtual void add_logit_bias(TensorView logits, const TensorView& entries) { add_logit_bias_on_host(logits, entries); }
+
+  // ---- Tensor parallelism: the group this device's rank computes in (nullptr: the device alone).
+  // Set once, before the model shard loads (model/tensor_parallel_model.h); the layers read it to
+  // load their shard and to reduce their partial outputs.
+  Communicator* communicator() const { return communicator_.get(); }
+  void set_communicator(std::unique_ptr<Communicator> communicator) { communicator_ = std::move(communicator); }
+  int tensor_parallel_rank() const { return communicator_ ? communicator_->rank() : 0; }
+  int tensor_parallel_size() const { return communicator_ ? communicator_->size() : 1; }
+
+ private:
+  std::unique_ptr<Communicator> communicator_;
 };
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).
