@@ -106,6 +106,11 @@ class Backend {
   virtual void copy(TensorView dst, const TensorView& src) = 0;
   // Waits for all queued work (no-op on CPU).
   virtual void synchronize() = 0;
+  // Makes this backend's device the calling thread's current one (CUDA: cudaSetDevice); a thread that
+  // runs a tensor-parallel rank calls it first.
+  virtual void make_current() {}
+  // Which device of its kind this backend runs on (CUDA: the GPU's index; 0 on the CPU).
+  virtual int device_index() const { return 0; }
   // Host memory the device copies from and into without staging (page-locked on CUDA, so a
   // host-to-device copy() from it returns before the copy is done: keep it unchanged until the next
   // synchronize()). Plain host memory on the CPU.
@@ -329,5 +334,9 @@ std::vector<std::string> available_backends();
 // "cpu", "cuda", or "auto" (cuda when built in and a GPU is there, else cpu); a clear error when the
 // device is unknown or not built in.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
+// Tensor parallelism: the backends of ranks 1..size-1 beside `rank0` (the same kind: CPU ranks are
+// threads; CUDA ranks on GPUs 1..size-1 over NCCL, or all on rank 0's GPU when share_device, the
+// multi-rank path on one card), each rank's communicator set on its backend (rank 0's too).
+Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size, bool share_device);
 
 }  // namespace pagellm

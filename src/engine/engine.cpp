@@ -86,7 +86,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
     dtype = parsed;
   }
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization,
-                                                                        config.tensor_parallel_size));
+                                                                        {config.tensor_parallel_size,
+                                                                         config.tensor_parallel_share_device}));
   std::shared_ptr<const Tokenizer> tokenizer;
   const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {

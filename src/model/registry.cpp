@@ -12,7 +12,6 @@
 #include "model/qwen3.h"
 #include "model/qwen35.h"
 #include "model/tensor_parallel_model.h"
-#include "backend/cpu/thread_communicator.h"
 
 namespace pagellm {
 
@@ -39,37 +38,28 @@ const std::map<std::string, Factory>& factories() {
 
 // Loads one shard per rank, each on a backend of its own with its communicator (rank 0 on `backend`).
 Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,
-                                             const Factory& factory, int size) {
-  if (backend.device() != Device::kCpu)
-    return unimplemented("[model] --tensor-parallel-size {} on {}: this build runs tensor parallelism on the CPU only "
-                         "(ranks as threads); the NCCL group of GPUs is not built yet",
-                         size, backend.name());
+                                             const Factory& factory, const TensorParallelOptions& tp) {
   for (LayerType t : config.layer_types)
     if (t == LayerType::kLinearAttention)
       return unimplemented("[model] {}: tensor parallelism over Gated DeltaNet layers is not supported yet",
                            config.architecture);
-  std::vector<std::unique_ptr<Communicator>> communicators = make_thread_communicators(size);
-  std::vector<std::unique_ptr<Backend>> backends;
+  PAGELLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Backend>> backends,
+                           make_tensor_parallel_group(backend, tp.size, tp.share_device));
   std::vector<std::unique_ptr<Model>> ranks;
-  backend.set_communicator(std::move(communicators[0]));
-  for (int rank = 0; rank < size; ++rank) {
-    Backend* rank_backend = &backend;
-    if (rank > 0) {
-      PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> made, make_backend(backend.name()));
-      made->set_communicator(std::move(communicators[static_cast<size_t>(rank)]));
-      rank_backend = made.get();
-      backends.push_back(std::move(made));
-    }
-    Expected<std::unique_ptr<Model>> shard = factory(config, checkpoint, *rank_backend);
+  for (int rank = 0; rank < tp.size; ++rank) {
+    Backend& rank_backend = rank == 0 ? backend : *backends[static_cast<size_t>(rank) - 1];
+    rank_backend.make_current();
+    Expected<std::unique_ptr<Model>> shard = factory(config, checkpoint, rank_backend);
+    backend.make_current();
     if (!shard.has_value()) {
       backend.set_communicator(nullptr);
       return shard.status();
     }
     ranks.push_back(std::move(shard).value());
   }
-  LOG_INFO("[model] {}: tensor parallel over {} ranks ({} threads, one CPU communicator)", config.architecture, size,
-           size);
-  return std::unique_ptr<Model>(std::make_unique<TensorParallelModel>(std::move(ranks), std::move(backends)));
+  LOG_INFO("[model] {}: tensor parallel over {} {} ranks{}", config.architecture, tp.size, backend.name(),
+           tp.share_device ? " sharing one device" : "");
+  return std::unique_ptr<Model>(std::make_unique<TensorParallelModel>(backend, std::move(ranks), std::move(backends)));
 }
 
 }  // namespace
@@ -81,9 +71,9 @@ std::vector<std::string> supported_architectures() {
 }
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend, std::optional<DType> dtype,
-                                            const std::string& quantization, int tensor_parallel_size) {
-  if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
-    return invalid_argument("[model] --tensor-parallel-size must be in [1, 64], got {}", tensor_parallel_size);
+                                            const std::string& quantization, TensorParallelOptions tp) {
+  if (tp.size < 1 || tp.size > 16)
+    return invalid_argument("[model] --tensor-parallel-size must be in [1, 16], got {}", tp.size);
   const std::string config_path = (std::filesystem::path(model_dir) / "config.json").string();
   PAGELLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(config_path));
   if (dtype) config.dtype = *dtype;
@@ -95,7 +85,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backen
   PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
   if (config.quantization.enabled())
     LOG_INFO("[model] {}: projections quantized as {}", config.architecture, config.quantization.describe());
-  if (tensor_parallel_size > 1) return load_shards(config, checkpoint, backend, it->second, tensor_parallel_size);
+  if (tp.size > 1) return load_shards(config, checkpoint, backend, it->second, tp);
   return it->second(config, checkpoint, backend);
 }
 

@@ -67,10 +67,14 @@ class RankThreads {
   bool stopping_ = false;
 };
 
-TensorParallelModel::TensorParallelModel(std::vector<std::unique_ptr<Model>> ranks,
+TensorParallelModel::TensorParallelModel(Backend& rank0, std::vector<std::unique_ptr<Model>> ranks,
                                          std::vector<std::unique_ptr<Backend>> backends)
-    : backends_(std::move(backends)), ranks_(std::move(ranks)) {
+    : rank0_(rank0), backends_(std::move(backends)), ranks_(std::move(ranks)) {
   CHECK(ranks_.size() >= 2 && backends_.size() + 1 == ranks_.size());
+  rank_inputs_.resize(backends_.size());
+  rank_caches_.resize(backends_.size());
+  rank_cache_tensors_.resize(backends_.size());
+  cached_for_.assign(backends_.size(), nullptr);
   threads_ = std::make_unique<RankThreads>(static_cast<int>(ranks_.size()));
 }
 
@@ -78,44 +82,80 @@ TensorParallelModel::~TensorParallelModel() {
   threads_.reset();  // no rank runs while the models go
 }
 
+bool TensorParallelModel::shares_memory_with_rank0(size_t rank) const {
+  const Backend& other = *backends_[rank - 1];
+  return other.device() == rank0_.device() && other.device_index() == rank0_.device_index();
+}
+
 MemorySpec TensorParallelModel::memory_spec() const {
   MemorySpec spec = ranks_[0]->memory_spec();
-  bool shared_memory = true;  // every rank's cache in host memory
-  for (const auto& backend : backends_) shared_memory = shared_memory && backend->device() == Device::kCpu;
-  if (shared_memory) spec.cache_copies = static_cast<int64_t>(ranks_.size());
+  bool one_memory = true;  // every rank's cache where rank 0's is (host memory, or one GPU)
+  for (size_t r = 1; r < ranks_.size(); ++r) one_memory = one_memory && shares_memory_with_rank0(r);
+  if (one_memory) spec.cache_copies = static_cast<int64_t>(ranks_.size());
   return spec;
+}
+
+StepBatch TensorParallelModel::rank_batch(size_t rank, const StepBatch& batch) {
+  if (shares_memory_with_rank0(rank)) return batch;
+  Backend& backend = *backends_[rank - 1];
+  std::vector<Tensor>& keep = rank_inputs_[rank - 1];
+  keep.clear();
+  auto copy = [&](const TensorView& from) {
+    if (from.data == nullptr) return from;
+    Tensor mine = backend.alloc(from.shape, from.dtype);
+    backend.copy(mine.view(), from);
+    keep.push_back(mine);
+    return mine.view();
+  };
+  StepBatch out = batch;
+  for (TensorView* v : {&out.token_ids, &out.positions, &out.cu_seqlens_q, &out.seq_lens_k, &out.block_tables,
+                        &out.slot_mapping, &out.logits_rows, &out.state_slots})
+    *v = copy(*v);
+  for (TensorView& v : out.more_block_tables) v = copy(v);
+  for (TensorView& v : out.more_slot_mappings) v = copy(v);
+  return out;
 }
 
 const CacheViews& TensorParallelModel::rank_caches(size_t rank, const CacheViews& caches) {
   const void* first = caches.attention_layers.empty() ? nullptr : caches.attention_layers[0].k.data;
-  if (first != cached_for_ || rank_caches_.empty()) {
+  const size_t i = rank - 1;
+  if (first != cached_for_[i]) {
     CHECK_MSG(caches.gdn_layers.empty(), "tensor parallelism has no Gated DeltaNet state shards");
-    rank_caches_.assign(backends_.size(), {});
-    rank_cache_tensors_.assign(backends_.size(), {});
-    for (size_t r = 0; r < backends_.size(); ++r) {
-      std::map<const void*, TensorView> copies;  // rank 0's tensor -> rank r's copy
-      auto copy_of = [&](const TensorView& t) {
-        auto it = copies.find(t.data);
-        if (it != copies.end()) return it->second;
-        Tensor mine = backends_[r]->alloc(t.shape, t.dtype);
-        rank_cache_tensors_[r].push_back(mine);
-        return copies[t.data] = mine.view();
-      };
-      for (const KvCacheView& layer : caches.attention_layers)
-        rank_caches_[r].attention_layers.push_back({copy_of(layer.k), copy_of(layer.v), layer.group});
-    }
-    cached_for_ = first;
+    rank_caches_[i] = {};
+    rank_cache_tensors_[i].clear();
+    std::map<const void*, TensorView> copies;  // rank 0's tensor -> this rank's copy
+    auto copy_of = [&](const TensorView& t) {
+      auto it = copies.find(t.data);
+      if (it != copies.end()) return it->second;
+      Tensor mine = backends_[i]->alloc(t.shape, t.dtype);
+      rank_cache_tensors_[i].push_back(mine);
+      return copies[t.data] = mine.view();
+    };
+    for (const KvCacheView& layer : caches.attention_layers)
+      rank_caches_[i].attention_layers.push_back({copy_of(layer.k), copy_of(layer.v), layer.group});
+    cached_for_[i] = first;
   }
-  return rank_caches_[rank - 1];
+  return rank_caches_[i];
 }
 
 void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) {
-  for (size_t r = 1; r < ranks_.size(); ++r) rank_caches(r, caches);  // before the threads start
-  // The ranks read the step's inputs where rank 0's backend put them: host memory, which every CPU
-  // rank sees.
+  for (size_t r = 1; r < ranks_.size(); ++r) {  // before the threads start
+    backends_[r - 1]->make_current();
+    rank_caches(r, caches);
+  }
+  rank0_.make_current();
+  // Rank 0's backend queued the step's inputs on its own stream: the other ranks read them once there.
+  rank0_.synchronize();
   threads_->run([&](int rank) {
-    if (rank == 0) ranks_[0]->forward(batch, caches, logits);
-    else ranks_[static_cast<size_t>(rank)]->forward(batch, rank_caches_[static_cast<size_t>(rank) - 1], TensorView());
+    if (rank == 0) {
+      ranks_[0]->forward(batch, caches, logits);
+      return;
+    }
+    const size_t r = static_cast<size_t>(rank);
+    backends_[r - 1]->make_current();
+    const StepBatch mine = rank_batch(r, batch);
+    ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
+    backends_[r - 1]->synchronize();  // the copies of the inputs live until the rank is done with them
   });
 }
 

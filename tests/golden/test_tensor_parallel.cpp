@@ -1,8 +1,9 @@
-// Tensor parallelism on the CPU twin (ranks as threads, model/tensor_parallel_model.h): the dense
+// Tensor parallelism on the CPU twin (ranks as threads, model/tensor_parallel_model.h), and on CUDA
+// with the ranks sharing one GPU: the dense
 // transformers fixtures split over 2 and 4 ranks (heads, MLP columns and vocabulary; 4 ranks over 2
 // or 1 KV heads replicate them) give transformers' greedy tokens through the paged engine, alone and
 // batched with chunked prefill, prefix-cache hits and tiny blocks, with top-5 logprobs equal to the
-// unsplit engine's within 1e-4, and leave no request or block behind. Models a split does not fit
+// unsplit engine's within 1e-4 (CPU; 1e-3 on CUDA), and leave no request or block behind. Models a split does not fit
 // are refused with a one-line reason.
 #include <gtest/gtest.h>
 
@@ -15,9 +16,10 @@ namespace {
 struct TpCase {
   std::string fixture;  // under tests/golden
   int tensor_parallel_size = 2;
+  std::string device = "cpu";
 };
 
-std::vector<TpCase> tp_cases() {
+std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
   std::vector<TpCase> cases;
   for (const char* root : {"families", "qwen3"}) {
     for (const std::string& name : golden_fixture_names(golden_fixture_root(root))) {
@@ -26,7 +28,7 @@ std::vector<TpCase> tp_cases() {
       auto config = load_model_config((dir / "config.json").string());
       if (!config.has_value()) continue;
       for (int size : {2, 4})
-        if (config->num_attention_heads % size == 0) cases.push_back({std::string(root) + "/" + name, size});
+        if (config->num_attention_heads % size == 0) cases.push_back({std::string(root) + "/" + name, size, device});
     }
   }
   return cases;
@@ -35,8 +37,8 @@ std::vector<TpCase> tp_cases() {
 class TensorParallelGolden : public ::testing::TestWithParam<TpCase> {};
 
 std::vector<CompletedRequest> run_greedy(const fs::path& dir, EngineConfig config, const std::vector<GoldenCase>& cases,
-                                         int rounds = 1) {
-  auto llm = make_test_llm(dir, config);
+                                         const std::string& device, int rounds = 1) {
+  auto llm = make_test_llm(dir, config, device);
   EXPECT_TRUE(llm);
   if (!llm) return {};
   std::vector<CompletedRequest> outs;
@@ -53,20 +55,26 @@ std::vector<CompletedRequest> run_greedy(const fs::path& dir, EngineConfig confi
 }
 
 TEST_P(TensorParallelGolden, MatchesTransformersAndTheUnsplitEngine) {
+  const std::string& device = GetParam().device;
+  SKIP_UNLESS_BACKEND(device);
+  // The CPU twin sums in rank order, as does the one-GPU group; the split changes f32 rounding only.
+  const double tolerance = device == "cpu" ? 1e-4 : 1e-3;
   const fs::path dir = golden_fixture_root("") / GetParam().fixture;
   const std::vector<GoldenCase> cases = read_golden_cases(dir);
   ASSERT_FALSE(cases.empty());
   EngineConfig alone;
   alone.max_num_seqs = 1;
   alone.enable_prefix_caching = false;
-  const std::vector<CompletedRequest> unsplit = run_greedy(dir, alone, cases);
+  const std::vector<CompletedRequest> unsplit = run_greedy(dir, alone, cases, device);
   EngineConfig batched;  // all at once, chunks of 5 tokens, blocks of 4, the second round from the cache
   batched.max_num_batched_tokens = 5;
   batched.block_size = 4;
   for (EngineConfig config : {alone, batched}) {
     SCOPED_TRACE(config.max_num_seqs == 1 ? "alone" : "batched, chunked, cached");
     config.tensor_parallel_size = GetParam().tensor_parallel_size;
-    const std::vector<CompletedRequest> split = run_greedy(dir, config, cases, config.max_num_seqs == 1 ? 1 : 2);
+    config.tensor_parallel_share_device = device == "cuda";  // one GPU here: the ranks share it
+    const std::vector<CompletedRequest> split =
+        run_greedy(dir, config, cases, device, config.max_num_seqs == 1 ? 1 : 2);
     ASSERT_EQ(split.size(), cases.size());
     for (size_t i = 0; i < cases.size(); ++i) {
       ASSERT_TRUE(split[i].error.is_ok()) << split[i].error.message();
@@ -77,18 +85,22 @@ TEST_P(TensorParallelGolden, MatchesTransformersAndTheUnsplitEngine) {
           const TokenLogprob& a = split[i].logprobs[step].top.at(k);
           const TokenLogprob& b = unsplit[i].logprobs[step].top.at(k);
           EXPECT_EQ(a.token_id, b.token_id) << "prompt " << i << " step " << step << " rank " << k;
-          EXPECT_NEAR(a.logprob, b.logprob, 1e-4) << "prompt " << i << " step " << step << " rank " << k;
+          EXPECT_NEAR(a.logprob, b.logprob, tolerance) << "prompt " << i << " step " << step << " rank " << k;
         }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden, ::testing::ValuesIn(tp_cases()), [](const auto& info) {
+std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
   std::string name = info.param.fixture + "_tp" + std::to_string(info.param.tensor_parallel_size);
   for (char& c : name)
     if (c == '/') c = '_';
   return name;
-});
+}
+INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cpu")), case_name);
+// CUDA ranks sharing the one GPU of the test machine (the multi-rank path: a backend and stream per
+// rank, sharded weights, per-rank caches, the same-device all-reduce); NCCL over GPUs needs more cards.
+INSTANTIATE_TEST_SUITE_P(Cuda, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cuda")), case_name);
 
 TEST(TensorParallelGolden, CoversDenseFixturesWithOneAndTwoKvHeads) {
   // Fails (rather than skips) when the fixtures are missing: CI must run them.
@@ -120,7 +132,7 @@ TEST(TensorParallelGolden, RefusesSplitsTheModelDoesNotFit) {
             std::string::npos);
   EXPECT_NE(load_error(golden_fixture_root("hybrid") / "qwen3_5_text_tiny_f32", 2).find("Gated DeltaNet"),
             std::string::npos);
-  EXPECT_NE(load_error(golden_fixture_root("families") / "llama3_untied_f32", 0).find("must be in [1, 64]"),
+  EXPECT_NE(load_error(golden_fixture_root("families") / "llama3_untied_f32", 0).find("must be in [1, 16]"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 #include "backend/cpu/thread_communicator.h"
 
-#include <barrier>
+#include "backend/rank_group.h"
+
 #include <cstring>
 
 #include "core/check.h"
@@ -16,22 +17,15 @@ ShardRange shard_range(int64_t total, int rank, int size) {
 
 namespace {
 
-// What the ranks of one group share: the views they publish and the barrier they meet at.
-struct ThreadGroup {
-  explicit ThreadGroup(int size) : published(static_cast<size_t>(size)), meeting(size) {}
-  std::vector<TensorView> published;
-  std::barrier<> meeting;
-};
-
 bool is_contiguous_float(const TensorView& t) {
   return t.is_contiguous() && (t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16);
 }
 
 class ThreadCommunicator final : public Communicator {
  public:
-  ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  ThreadCommunicator(std::shared_ptr<RankGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(group_->published.size()); }
+  int size() const override { return group_->size(); }
 
   void all_reduce_sum(TensorView inout) override {
     CHECK_MSG(inout.device == Device::kCpu && is_contiguous_float(inout), "all_reduce_sum wants a contiguous float "
@@ -39,13 +33,13 @@ class ThreadCommunicator final : public Communicator {
     const size_t count = static_cast<size_t>(inout.numel());
     publish(inout);
     std::vector<float> sum(count, 0.0f), part(count);
-    for (const TensorView& rank_view : group_->published) {
+    for (const TensorView& rank_view : group_->published()) {
       CHECK_MSG(static_cast<size_t>(rank_view.numel()) == count && rank_view.dtype == inout.dtype,
                 "all_reduce_sum: the ranks passed tensors of different shapes or dtypes");
       convert_to_f32(rank_view.ptr<void>(), rank_view.dtype, part.data(), count);
       for (size_t i = 0; i < count; ++i) sum[i] += part[i];
     }
-    group_->meeting.arrive_and_wait();  // everyone has read every view: now each may overwrite its own
+    group_->meet();  // everyone has read every view: now each may overwrite its own
     convert_from_f32(sum.data(), inout.ptr<void>(), inout.dtype, count);
   }
 
@@ -58,7 +52,7 @@ class ThreadCommunicator final : public Communicator {
                 "gather_columns: out must be [rows, total columns] of in's dtype");
       const size_t element_bytes = dtype_size_bytes(in.dtype);
       int64_t column = 0;
-      for (const TensorView& part : group_->published) {
+      for (const TensorView& part : group_->published()) {
         CHECK(part.size(0) == in.size(0) && part.dtype == in.dtype);
         const int64_t columns = part.size(1);
         CHECK(column + columns <= out.size(1));
@@ -70,17 +64,13 @@ class ThreadCommunicator final : public Communicator {
       CHECK_MSG(column == out.size(1), "gather_columns: the ranks' columns add up to {}, out has {}", column,
                 out.size(1));
     }
-    group_->meeting.arrive_and_wait();  // the root has copied every part out
+    group_->meet();  // the root has copied every part out
   }
 
  private:
-  // Puts this rank's view where the others see it and waits until every rank has done so.
-  void publish(const TensorView& view) {
-    group_->published[static_cast<size_t>(rank_)] = view;
-    group_->meeting.arrive_and_wait();
-  }
+  void publish(const TensorView& view) { group_->publish(rank_, view); }
 
-  std::shared_ptr<ThreadGroup> group_;
+  std::shared_ptr<RankGroup> group_;
   int rank_;
 };
 
@@ -88,7 +78,7 @@ class ThreadCommunicator final : public Communicator {
 
 std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int size) {
   CHECK(size >= 1);
-  auto group = std::make_shared<ThreadGroup>(size);
+  auto group = std::make_shared<RankGroup>(size);
   std::vector<std::unique_ptr<Communicator>> ranks;
   for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<ThreadCommunicator>(group, r));
   return ranks;
