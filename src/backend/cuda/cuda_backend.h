@@ -8,6 +8,8 @@
 #include "backend/backend.h"
 #include "core/status.h"
 
+struct CUstream_st;  // the CUDA runtime's stream type (cudaStream_t is a CUstream_st*)
+
 namespace pagellm {
 
 // The backend on CUDA device `device` (0: the first after CUDA_VISIBLE_DEVICES), on a stream of its
@@ -20,7 +22,7 @@ int cuda_device_count();
 // its stream (a cudaStream_t). CHECK-fails for a backend that is not CUDA.
 struct CudaPlacement {
   int device = 0;
-  struct CUstream_st* stream = nullptr;
+  ::CUstream_st* stream = nullptr;
 };
 CudaPlacement cuda_placement(const Backend& backend);
 
