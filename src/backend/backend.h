@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -113,6 +114,11 @@ class Backend {
   virtual void copy(TensorView dst, const TensorView& src) = 0;
   // Waits for all queued work (no-op on CPU).
   virtual void synchronize() = 0;
+  // Makes this backend's device the calling thread's current one (CUDA: cudaSetDevice); a thread that
+  // runs a tensor-parallel rank calls it first.
+  virtual void make_current() {}
+  // Which device of its kind this backend runs on (CUDA: the GPU's index; 0 on the CPU).
+  virtual int device_index() const { return 0; }
   // Host memory the device copies from and into without staging (page-locked on CUDA, so a
   // host-to-device copy() from it returns before the copy is done: keep it unchanged until the next
   // synchronize()). Plain host memory on the CPU.
@@ -318,6 +324,17 @@ class Backend {
   // logit_bias: for k < K, logits[row_k][token_k] += bias_k, rounded to the logits' dtype, in order
   // (a repeated (row, token) adds twice). entries [K, 3] i32: row, token, bias as f32 bits.
   virtual void add_logit_bias(TensorView logits, const TensorView& entries) { add_logit_bias_on_host(logits, entries); }
+
+  // ---- Tensor parallelism: the group this device's rank computes in (nullptr: the device alone).
+  // Set once, before the model shard loads (model/tensor_parallel_model.h); the layers read it to
+  // load their shard and to reduce their partial outputs.
+  Communicator* communicator() const { return communicator_.get(); }
+  void set_communicator(std::unique_ptr<Communicator> communicator) { communicator_ = std::move(communicator); }
+  int tensor_parallel_rank() const { return communicator_ ? communicator_->rank() : 0; }
+  int tensor_parallel_size() const { return communicator_ ? communicator_->size() : 1; }
+
+ private:
+  std::unique_ptr<Communicator> communicator_;
 };
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).
@@ -325,5 +342,9 @@ std::vector<std::string> available_backends();
 // "cpu", "cuda", or "auto" (cuda when built in and a GPU is there, else cpu); a clear error when the
 // device is unknown or not built in.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
+// Tensor parallelism: the backends of ranks 1..size-1 beside `rank0` (the same kind: CPU ranks are
+// threads; CUDA ranks on GPUs 1..size-1 over NCCL, or all on rank 0's GPU when share_device, the
+// multi-rank path on one card), each rank's communicator set on its backend (rank 0's too).
+Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size, bool share_device);
 
 }  // namespace pagellm

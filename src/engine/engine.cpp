@@ -85,7 +85,9 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
       return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", config.dtype);
     dtype = parsed;
   }
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization,
+                                                                        {config.tensor_parallel_size,
+                                                                         config.tensor_parallel_share_device}));
   std::shared_ptr<const Tokenizer> tokenizer;
   const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
@@ -108,7 +110,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   const KvBlockShape shape{static_cast<int>(groups.layers_per_group), config.block_size,
                            static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
                            static_cast<int>(dtype_size_bytes(spec.kv_dtype))};
-  const int64_t bytes_per_block = kv_bytes_per_block(shape);
+  const int64_t bytes_per_block = kv_bytes_per_block(shape) * spec.cache_copies;
   int64_t budget = config.kv_cache_memory_bytes;
   if (budget <= 0 && backend->device() == Device::kCpu) {
     const int64_t free_bytes = backend->free_memory_bytes();

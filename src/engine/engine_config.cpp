@@ -70,6 +70,10 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--quantization,-q", config.quantization,
                      "fp8, awq or gptq: must match the checkpoint's quantization_config, except fp8 on an unquantized "
                      "checkpoint, which quantizes its projections at load (128x128 blocks)");
+  command.add_option("--tensor-parallel-size", config.tensor_parallel_size,
+                     "split the model over this many ranks (heads, columns and vocabulary; one all-reduce after "
+                     "attention and after the MLP); on the CPU the ranks are threads")
+      ->capture_default_str();
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,

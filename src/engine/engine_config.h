@@ -30,6 +30,9 @@ struct EngineConfig {
   // --quantization: "" keeps the checkpoint's; fp8 / awq / gptq must match it, except fp8 on an
   // unquantized checkpoint, whose projections are quantized at load.
   std::string quantization;
+  int tensor_parallel_size = 1;  // ranks one model is split over (model/tensor_parallel_model.h)
+  // CUDA ranks all on one GPU (no flag: the tests run the multi-rank path on a single card this way).
+  bool tensor_parallel_share_device = false;
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;

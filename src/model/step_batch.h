@@ -83,6 +83,9 @@ struct MemorySpec {
   int64_t gdn_key_head_dim = 0;
   int64_t gdn_value_head_dim = 0;
   DType state_dtype = DType::kF32;
+  // Copies of each block the memory budget pays for: the CPU ranks of a tensor-parallel group each
+  // hold a cache of this shape in the same host memory.
+  int64_t cache_copies = 1;
   // Bytes one block of `block_size` tokens costs across all attention layers (K and V): the block of a
   // model with one KV cache group (a grouped cache's block holds KvCacheGroups::layers_per_group layers).
   int64_t kv_bytes_per_block(int64_t block_size) const {

@@ -145,6 +145,9 @@ class CudaBackend final : public Backend {
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  void make_current() override { CUDA_CHECK(cudaSetDevice(device_)); }
+  int device_index() const override { return device_; }
+  CudaPlacement placement() const { return {device_, stream_.get()}; }
   Tensor alloc_host(Shape shape, DType dtype) override;
   void copy_to_host_async(TensorView dst, const TensorView& src) override;
   uint64_t mark() override;
@@ -1093,7 +1096,22 @@ void CudaBackend::add_rows_scaled(TensorView out, const TensorView& x, const Ten
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend() {
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+CudaPlacement cuda_placement(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  CHECK_MSG(cuda != nullptr, "cuda_placement of a {} backend", backend.name());
+  return cuda->placement();
+}
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -1101,7 +1119,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend() {
     return not_found("[cuda] no CUDA device: {}", cudaGetErrorString(status));
   }
   if (count == 0) return not_found("[cuda] no CUDA device: cudaGetDeviceCount found none");
-  const int device = 0;
+  if (device < 0 || device >= count)
+    return not_found("[cuda] no CUDA device {}: this process sees {} GPU(s)", device, count);
   CUDA_CHECK(cudaSetDevice(device));
   int num_sms = 0, pools_supported = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));

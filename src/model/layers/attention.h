@@ -19,6 +19,16 @@ struct AttentionShape {
   int64_t hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
 
+// The heads rank `rank` of `size` computes (tensor parallelism): num_heads / size query heads from
+// q_head_begin, and num_kv_heads / size KV heads from kv_head_begin, or, when there are fewer KV heads
+// than ranks, the one KV head its query heads read (replicated). local is the shape of the shard.
+struct AttentionShard {
+  AttentionShape local;
+  int64_t q_head_begin = 0, kv_head_begin = 0;
+};
+// A one-line error when the heads do not split over `size` ranks.
+Expected<AttentionShard> attention_shard(const AttentionShape& shape, int rank, int size);
+
 // What varies between families and between the layers of one model.
 struct AttentionOptions {
   float scale = 1.0f;           // multiplies q.k: head_dim^-0.5, or query_pre_attn_scalar^-0.5 (Gemma)
@@ -48,6 +58,8 @@ struct AttentionLoadOptions {
 // is not finite and > 0 is an error.
 Expected<KvScales> load_kv_scales(WeightLoader& loader, const std::string& prefix);
 
+// `shape` is the whole model's; a tensor-parallel loader loads its shard (attention_shard): q, k, v
+// rows of its heads and o's input columns of its query heads (o's output is then a partial sum).
 Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
                                           const AttentionLoadOptions& options);
 
