@@ -51,6 +51,10 @@ struct EngineMetrics {
   int block_size = 0;
   uint64_t prefix_cache_query_tokens = 0, prefix_cache_hit_tokens = 0;
   uint64_t preemptions = 0;
+  // Speculative decoding (vLLM's vllm:spec_decode_*): steps' rows that carried drafts, drafts,
+  // accepted drafts, and accepted drafts by position ([num_speculative_tokens]; empty when off).
+  uint64_t spec_decode_num_drafts = 0, spec_decode_num_draft_tokens = 0, spec_decode_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_decode_accepted_per_position;
   uint64_t steps = 0;
   double step_time_total_s = 0.0;
   LatencyHistogram ttft{Histogram::vllm_ttft_bounds_s()}, inter_token{Histogram::vllm_tpot_bounds_s()};
