@@ -66,6 +66,15 @@ struct EngineMetrics {
   Histogram request_generation_tokens{Histogram::token_count_bounds()};
 };
 
+// Speculative decoding's efficiency, as vLLM's logs and bench report it: accepted / draft tokens,
+// and tokens per verified row (1 + accepted drafts per row that carried drafts). Zero when off.
+struct SpecDecodeSummary {
+  double acceptance_rate = 0.0;
+  double mean_acceptance_length = 0.0;
+  bool enabled = false;
+};
+SpecDecodeSummary spec_decode_summary(const EngineMetrics& m);
+
 // Written by the engine thread, read by any thread.
 class EngineMetricsRecorder {
  public:

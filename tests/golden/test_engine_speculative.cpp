@@ -322,6 +322,62 @@ TEST(Speculative, DraftModelUnderPreemptionKeepsTheGreedyTokens) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(small[i].token_ids, plain[i].token_ids) << "request " << i;
 }
 
+// The CUDA runner: speculative rows run the general attention kernels (no decode graph) beside
+// decode rows that replay graphs; greedy tokens are the fixtures', seeded ones the plain run's.
+TEST(SpeculativeCuda, NgramAndDraftModelGiveTheGreedyTokensWithGraphsAndAsyncAsked) {
+  SKIP_UNLESS_BACKEND("cuda");
+  for (const std::string& name : golden_fixture_names(kFixtures)) {
+    if (name.find("f32") == std::string::npos) continue;
+    SCOPED_TRACE(name);
+    const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / name);
+    const std::string draft = R"({"model": ")" + (kFixtures / name).string() + R"(", "num_speculative_tokens": 3})";
+    for (const std::string& json : {kNgram, draft}) {
+      EngineConfig config;
+      config.async_scheduling = 1;
+      config.max_num_batched_tokens = 16;
+      config.speculative = speculative(json);
+      auto llm = make_test_llm(kFixtures / name, config, "cuda");
+      ASSERT_TRUE(llm);
+      std::vector<GenerateRequest> requests;
+      for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+      const auto outs = llm->generate(std::move(requests));
+      for (size_t i = 0; i < outs.size(); ++i) {
+        ASSERT_TRUE(outs[i].error.is_ok()) << outs[i].error.message();
+        EXPECT_EQ(cases[i].checked(outs[i].token_ids), cases[i].checked(cases[i].greedy)) << "prompt " << i << " " << json;
+      }
+      EXPECT_GT(llm->engine().metrics().spec_decode_num_accepted_tokens, 0u) << json;
+      EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+    }
+  }
+}
+
+TEST(SpeculativeCuda, SeededSamplingGivesThePlainRun) {
+  SKIP_UNLESS_BACKEND("cuda");
+  std::vector<GenerateRequest> requests;
+  const std::vector<std::vector<TokenId>> prompts = repetitive_prompts(8, 9);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r;
+    r.prompt_token_ids = prompts[i];
+    r.sampling.max_tokens = 40;
+    r.sampling.ignore_eos = true;
+    r.sampling.temperature = i % 4 == 0 ? 0.0f : 0.5f;
+    r.sampling.repetition_penalty = i == 2 ? 1.2f : 1.0f;
+    r.sampling.num_logprobs = 2;
+    r.sampling.seed = 300 + i;
+    requests.push_back(r);
+  }
+  EngineConfig config;
+  auto plain_llm = make_test_llm(kModel, config, "cuda");
+  config.speculative = speculative(kNgram);
+  auto spec_llm = make_test_llm(kModel, config, "cuda");
+  ASSERT_TRUE(plain_llm && spec_llm);
+  const auto plain = plain_llm->generate(requests);
+  const auto spec = spec_llm->generate(requests);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec[i].token_ids, plain[i].token_ids) << "request " << i;
+  expect_both_verification_paths(spec_llm->engine().metrics());
+  EXPECT_TRUE(spec_llm->engine().is_idle_and_leak_free());
+}
+
 TEST(Speculative, RefusedWhereItCannotBeExact) {
   // A hybrid target (its GDN state cannot be rolled back yet), a draft of another vocabulary.
   const fs::path hybrid = golden_fixture_root("hybrid");
