@@ -322,6 +322,41 @@ TEST(Speculative, DraftModelUnderPreemptionKeepsTheGreedyTokens) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(small[i].token_ids, plain[i].token_ids) << "request " << i;
 }
 
+// Constrained requests decode without drafts (a draft's mask would need the grammar advanced over
+// the drafts before it) beside free requests that speculate; both give the plain run's tokens.
+TEST(Speculative, ConstrainedRequestsBesideSpeculatingOnesKeepTheirTokens) {
+  const fs::path dir = qwen3_fixture_with_tokenizer("speculative_structured");
+  if (dir.empty()) GTEST_SKIP() << "assets/tokenizers/qwen3 missing (scripts/setup.sh)";
+  auto run = [&](const std::string& json) {
+    EngineConfig config;
+    if (!json.empty()) config.speculative = speculative(json);
+    auto llm = make_test_llm(dir, config);
+    EXPECT_TRUE(llm);
+    auto compiler = llm->engine().grammar_compiler();
+    EXPECT_TRUE(compiler.has_value());
+    std::vector<GenerateRequest> requests;
+    for (const auto& prompt : repetitive_prompts(6, 41)) {
+      GenerateRequest r = greedy_request(prompt, 24);
+      if (requests.size() % 2 == 0)
+        r.grammar = *(*compiler)->compile({structured::ConstraintKind::kRegex, "[a-z]{3,8}(-[0-9]{2,4})+", {}});
+      requests.push_back(std::move(r));
+    }
+    auto outs = llm->generate(std::move(requests));
+    const EngineMetrics m = llm->engine().metrics();
+    EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+    return std::make_pair(outs, m);
+  };
+  const auto [plain, plain_metrics] = run("");
+  const auto [spec, spec_metrics] = run(kNgram);
+  fs::remove_all(dir);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_TRUE(spec[i].error.is_ok()) << spec[i].error.message();
+    EXPECT_EQ(spec[i].token_ids, plain[i].token_ids) << "request " << i;
+    EXPECT_EQ(spec[i].text, plain[i].text) << "request " << i;
+  }
+  EXPECT_GT(spec_metrics.spec_decode_num_drafts, 0u);
+}
+
 // The CUDA runner: speculative rows run the general attention kernels (no decode graph) beside
 // decode rows that replay graphs; greedy tokens are the fixtures', seeded ones the plain run's.
 TEST(SpeculativeCuda, NgramAndDraftModelGiveTheGreedyTokensWithGraphsAndAsyncAsked) {
