@@ -217,6 +217,20 @@ void KvCacheManager::free(RequestId request_id) {
   tables_.erase(it);
 }
 
+void KvCacheManager::trim(RequestId request_id, int num_tokens) {
+  const auto it = tables_.find(request_id);
+  CHECK_MSG(it != tables_.end(), "trim: unknown request {}", request_id);
+  const size_t num_kept = static_cast<size_t>(num_blocks_for_tokens(num_tokens, config_.block_size));
+  CHECK_MSG(num_kept >= it->second.block_hashes.size(), "trim: request {} would drop blocks of the prefix index",
+            request_id);
+  for (std::vector<BlockId>& table : it->second.tables) {
+    while (table.size() > num_kept) {
+      if (table.back() != kNoBlock) pool_.release(table.back());
+      table.pop_back();
+    }
+  }
+}
+
 std::span<const BlockId> KvCacheManager::block_table(RequestId request_id, int group) const {
   const auto it = tables_.find(request_id);
   CHECK_MSG(it != tables_.end(), "block_table: unknown request {}", request_id);

@@ -130,6 +130,10 @@ class KvCacheManager {
   bool has_state_checkpoints() const { return checkpoints_.num_checkpoints() > 0; }
   const CheckpointPool& checkpoints() const { return checkpoints_; }
 
+  // Speculative decoding: the request keeps KV for positions [0, num_tokens) only (rejected drafts
+  // past it are dropped); table entries past ceil(num_tokens / block_size) go back to the pool.
+  void trim(RequestId request_id, int num_tokens);
+
   // Drops the request's references (last block first, so a chain's tail is evicted before its head).
   // Cached full blocks wait in the LRU for a later hit. No-op for an unknown id.
   void free(RequestId request_id);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 struct OfflineArgs {
   std::string model, output = "text";
   int num_prompts = 32, input_len = 128, output_len = 64, batch_size = 1;
+  int prompt_period = 0;  // > 0: each prompt repeats its first prompt_period random tokens (n-gram drafts find matches)
   uint64_t seed = 0;
   float temperature = 0.0f;
   EngineConfig engine;
@@ -32,6 +34,8 @@ std::vector<GenerateRequest> random_requests(const OfflineArgs& args, int count,
   for (GenerateRequest& r : requests) {
     r.prompt_token_ids.resize(static_cast<size_t>(args.input_len));
     for (TokenId& t : r.prompt_token_ids) t = static_cast<TokenId>(rng() % static_cast<uint64_t>(vocab));
+    for (size_t i = static_cast<size_t>(std::max(args.prompt_period, 0)); args.prompt_period > 0 && i < r.prompt_token_ids.size(); ++i)
+      r.prompt_token_ids[i] = r.prompt_token_ids[i - static_cast<size_t>(args.prompt_period)];
     r.sampling.max_tokens = args.output_len;
     r.sampling.temperature = args.temperature;
     r.sampling.ignore_eos = true;
@@ -91,6 +95,11 @@ void run_throughput(OfflineArgs args) {
   j["preemptions"] = m.preemptions;
   j["prefix_cache_hit_rate"] = hit_rate;
   j["max_num_seqs"] = args.engine.max_num_seqs;
+  const SpecDecodeSummary spec = spec_decode_summary(m);
+  if (spec.enabled) {
+    j["spec_decode_acceptance_rate"] = spec.acceptance_rate;
+    j["spec_decode_mean_acceptance_length"] = spec.mean_acceptance_length;
+  }
   if (args.output == "json") {
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -99,6 +108,9 @@ void run_throughput(OfflineArgs args) {
               completed / seconds, static_cast<double>(prompt_tokens) / seconds, static_cast<double>(output_tokens) / seconds);
   std::printf("steps %zu: mean %.2f ms, p99 %.2f ms; preemptions %llu; prefix-cache hit rate %.3f\n", steps.size(),
               mean(steps) * 1e3, percentile(steps, 99) * 1e3, static_cast<unsigned long long>(m.preemptions), hit_rate);
+  if (spec.enabled)
+    std::printf("speculative decoding: acceptance rate %.3f, mean acceptance length %.2f\n", spec.acceptance_rate,
+                spec.mean_acceptance_length);
 }
 
 void run_latency(OfflineArgs args) {
@@ -129,15 +141,27 @@ void run_latency(OfflineArgs args) {
     j["decode_step_mean_ms"] = mean(decode) * 1e3;
     j["decode_step_p50_ms"] = percentile(decode, 50) * 1e3;
     j["decode_step_p99_ms"] = percentile(decode, 99) * 1e3;
-    j["decode_tok_s"] = decode.empty() ? 0.0 : args.batch_size / mean(decode);
+    // Decode tokens over decode time: a speculative step yields several tokens per request.
+    const double decode_s = std::accumulate(decode.begin(), decode.end(), 0.0);
+    const double decode_tokens = static_cast<double>(args.batch_size) * std::max(args.output_len - 1, 0);
+    j["decode_tok_s"] = decode_s > 0 ? decode_tokens / decode_s : 0.0;
+    j["tpot_ms"] = args.output_len > 1 ? decode_s * 1e3 / (args.output_len - 1) : 0.0;
+    const SpecDecodeSummary spec = spec_decode_summary(llm->engine().metrics());
+    if (spec.enabled) {
+      j["spec_decode_acceptance_rate"] = spec.acceptance_rate;
+      j["spec_decode_mean_acceptance_length"] = spec.mean_acceptance_length;
+    }
     j["total_s"] = seconds;
     if (args.output == "json") {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("batch %d, input %d, output %d: prefill %.2f ms (%.0f tok/s); decode step mean %.2f ms, p50 %.2f, "
-                  "p99 %.2f (%.1f tok/s)\n", args.batch_size, args.input_len, args.output_len, prefill_ms,
+                  "p99 %.2f (%.1f tok/s, TPOT %.2f ms)\n", args.batch_size, args.input_len, args.output_len, prefill_ms,
                   j["prefill_tok_s"].get<double>(), mean(decode) * 1e3, percentile(decode, 50) * 1e3,
-                  percentile(decode, 99) * 1e3, j["decode_tok_s"].get<double>());
+                  percentile(decode, 99) * 1e3, j["decode_tok_s"].get<double>(), j["tpot_ms"].get<double>());
+      if (spec.enabled)
+        std::printf("speculative decoding: acceptance rate %.3f, mean acceptance length %.2f\n", spec.acceptance_rate,
+                    spec.mean_acceptance_length);
     }
   }
 }
@@ -148,6 +172,9 @@ void add_common(CLI::App* cmd, OfflineArgs& args) {
   cmd->add_option("--output-len", args.output_len, "generated tokens per request (ignore_eos)")->capture_default_str();
   cmd->add_option("--seed", args.seed, "random prompts' seed")->capture_default_str();
   cmd->add_option("--temperature", args.temperature, "sampling temperature")->capture_default_str();
+  cmd->add_option("--prompt-period", args.prompt_period,
+                  "> 0: prompts repeat a random motif of this many tokens (repetitive text for n-gram speculation)")
+      ->capture_default_str();
   cmd->add_option("--output", args.output, "text or json")->capture_default_str();
   add_engine_options(*cmd, args.engine);
 }

@@ -158,6 +158,10 @@ void run_generate(GenerateArgs args) {
   }
   std::fprintf(stderr, "pagellm: %zu request(s), %zu generated tokens in %.3f s (%.1f tok/s)\n", outputs.size(),
                generated, seconds, static_cast<double>(generated) / seconds);
+  const SpecDecodeSummary spec = spec_decode_summary(llm->engine().metrics());
+  if (spec.enabled)
+    std::fprintf(stderr, "pagellm: speculative decoding: acceptance rate %.3f, mean acceptance length %.2f\n",
+                 spec.acceptance_rate, spec.mean_acceptance_length);
 }
 
 }  // namespace

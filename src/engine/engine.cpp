@@ -8,6 +8,7 @@
 #include "cache/kv_cache_budget.h"
 #include "cache/kv_cache_groups.h"
 #include "engine/activation_profile.h"
+#include "engine/draft_model_proposer.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/state_memory.h"
@@ -35,6 +36,33 @@ void record_scheduler_stats(EngineMetrics& m, const SchedulerStats& stats) {
   m.prefix_cache_query_tokens = static_cast<uint64_t>(stats.prefix_cache_query_tokens);
   m.prefix_cache_hit_tokens = static_cast<uint64_t>(stats.prefix_cache_hit_tokens);
   m.preemptions = static_cast<uint64_t>(stats.num_preemptions);
+  m.spec_decode_num_drafts = static_cast<uint64_t>(stats.num_spec_drafts);
+  m.spec_decode_num_draft_tokens = static_cast<uint64_t>(stats.num_spec_draft_tokens);
+  m.spec_decode_num_accepted_tokens = static_cast<uint64_t>(stats.num_spec_accepted_tokens);
+  for (size_t i = 0; i < stats.num_spec_accepted_per_position.size() && i < m.spec_decode_accepted_per_position.size(); ++i)
+    m.spec_decode_accepted_per_position[i] = static_cast<uint64_t>(stats.num_spec_accepted_per_position[i]);
+}
+// Bytes of one KV block of a model with `spec` (every group's layers of it: kv_cache_groups.h).
+int64_t block_bytes_of(const MemorySpec& spec, int block_size) {
+  const KvCacheGroups groups = kv_cache_groups_of(spec);
+  return kv_bytes_per_block(KvBlockShape{static_cast<int>(groups.layers_per_group), block_size,
+                                         static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
+                                         static_cast<int>(dtype_size_bytes(spec.kv_dtype))});
+}
+
+// The draft checkpoint of --speculative-config, on the target's backend in the target's dtype.
+Expected<std::unique_ptr<Model>> load_draft_model(const SpeculativeConfig& speculative, Backend& backend,
+                                                  const Model& target, const Tokenizer* target_tokenizer) {
+  const std::string& dir = speculative.draft_model_dir;
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, load_model(dir, backend, target.activation_dtype()));
+  std::shared_ptr<const Tokenizer> draft_tokenizer;
+  if (target_tokenizer && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+    PAGELLM_ASSIGN_OR_RETURN(draft_tokenizer, Tokenizer::from_dir(dir));
+  }
+  PAGELLM_RETURN_IF_ERROR(check_draft_model(*draft, target, draft_tokenizer.get(), target_tokenizer));
+  LOG_INFO("[engine] speculative decoding: draft model {} ({}), {} drafts per step", dir, draft->config().architecture,
+           speculative.num_speculative_tokens);
+  return draft;
 }
 }  // namespace
 
@@ -103,14 +131,23 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
   MemorySpec spec = model->memory_spec();
+  // A rejected draft would have to be undone in the Gated DeltaNet state, which is not rolled back yet.
+  if (config.speculative.enabled() && spec.is_hybrid())
+    return invalid_argument("[engine] --speculative-config: {} is a hybrid (Gated DeltaNet) model, whose recurrent "
+                            "state cannot be rolled back past rejected drafts yet; speculative decoding needs an "
+                            "attention-only model", model->config().architecture);
   // The KV cache's dtype: the budget counts its bytes (an FP8 cache gets twice the blocks of bf16).
   PAGELLM_ASSIGN_OR_RETURN(spec.kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, spec.kv_dtype));
   // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
   const KvCacheGroups groups = kv_cache_groups_of(spec);
-  const KvBlockShape shape{static_cast<int>(groups.layers_per_group), config.block_size,
-                           static_cast<int>(spec.num_kv_heads), static_cast<int>(spec.head_dim),
-                           static_cast<int>(dtype_size_bytes(spec.kv_dtype))};
-  const int64_t bytes_per_block = kv_bytes_per_block(shape) * spec.cache_copies;
+  // Tensor-parallel ranks sharing one memory each keep a cache of this shape (cache_copies).
+  int64_t bytes_per_block = block_bytes_of(spec, config.block_size) * spec.cache_copies;
+  // A draft model keeps its own cache of as many blocks: each block of the budget pays for both.
+  std::unique_ptr<Model> draft;
+  if (config.speculative.method == SpeculativeMethod::kDraftModel) {
+    PAGELLM_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative, *backend, *model, tokenizer.get()));
+    bytes_per_block += block_bytes_of(draft->memory_spec(), config.block_size);
+  }
   int64_t budget = config.kv_cache_memory_bytes;
   if (budget <= 0 && backend->device() == Device::kCpu) {
     const int64_t free_bytes = backend->free_memory_bytes();
@@ -147,6 +184,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   auto engine = std::unique_ptr<Engine>(new Engine(config, std::move(backend), std::move(model), std::move(tokenizer),
                                                    static_cast<int>(num_blocks), spec.kv_dtype));
   PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
+  if (draft)
+    engine->drafter_ = std::make_unique<DraftModelProposer>(std::move(draft), *engine->backend_, static_cast<int>(num_blocks),
+                                                            config.block_size, config.speculative.num_speculative_tokens);
   const auto capture_started = Clock::now();
   const int num_graphs =
       engine->runner_->capture_decode_graphs(config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
@@ -181,9 +221,18 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
+  if (config.speculative.enabled()) {
+    if (async_scheduling_) LOG_INFO("[engine] speculative decoding runs synchronous steps (async scheduling off)");
+    async_scheduling_ = false;
+    const SpeculativeConfig& spec = config.speculative;
+    if (spec.method == SpeculativeMethod::kNgram)
+      drafter_ = std::make_unique<NgramDraftProposer>(
+          NgramLookup{spec.prompt_lookup_min, spec.prompt_lookup_max, spec.num_speculative_tokens});
+  }
   metrics_.update([&](EngineMetrics& m) {
     m.kv_blocks_total = num_blocks;
     m.block_size = config.block_size;
+    m.spec_decode_accepted_per_position.assign(static_cast<size_t>(config.speculative.num_speculative_tokens), 0);
   });
 }
 
@@ -342,7 +391,13 @@ void Engine::run_loop() {
 
 void Engine::step() {
   const auto started = Clock::now();
-  StepPlan plan = scheduler_->has_unfinished_requests() ? scheduler_->schedule() : StepPlan{};
+  StepPlan plan;
+  if (scheduler_->has_unfinished_requests()) {
+    const DraftProposals drafts = drafter_ ? propose_drafts() : DraftProposals{};
+    plan = scheduler_->schedule(drafter_ ? &drafts : nullptr);
+    if (drafter_)
+      for (RequestId id : plan.preempted_request_ids) drafter_->forget(id);
+  }
   const bool has_masks = num_constrained_live_ > 0 && mark_constrained_rows(plan);
   observe_queue_times(plan, started);
   runner_->launch_forward(plan);  // an empty plan launches nothing (it drops finished requests' state)
@@ -360,6 +415,19 @@ void Engine::step() {
   // (EOS, a stop string, its grammar's end) may have a row in the next step: that row runs and
   // commit() drops it.
   if (!launched_.empty() && (!async_scheduling_ || launched_.size() == 2 || !launched)) finish_oldest_step();
+}
+
+DraftProposals Engine::propose_drafts() {
+  std::vector<const Request*> requests;
+  for (const Request* request : scheduler_->running_requests()) {
+    if (request->num_missing_tokens() != 1 || request->num_output_placeholders() > 0) continue;
+    // Constrained requests decode without drafts: a draft's mask would need the grammar advanced
+    // over the drafts before it.
+    const auto it = live_.find(request->id());
+    if (it == live_.end() || it->second->matcher) continue;
+    requests.push_back(request);
+  }
+  return requests.empty() ? DraftProposals{} : drafter_->propose(requests);
 }
 
 void Engine::observe_queue_times(const StepPlan& plan, Clock::time_point started) {
@@ -528,6 +596,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
     if (finish) {
       out.finish_reason = finish;
       runner_->release_state(update.request_id);  // before the caller can see the finish
+      if (drafter_) drafter_->forget(update.request_id);
       live.channel->push(std::move(out));
       end_request(update.request_id, *finish, Status::ok());
     } else {
@@ -538,6 +607,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
 
 void Engine::end_request(RequestId id, FinishReason reason, Status error) {
   runner_->release_state(id);  // hybrid models: at once, not at the next plan (there may be none)
+  if (drafter_) drafter_->forget(id);
   auto it = live_.find(id);
   if (it == live_.end()) return;
   std::shared_ptr<Live> live = it->second;
@@ -568,7 +638,7 @@ std::vector<float> Engine::step_times_s() const { return metrics_.step_times_s()
 void Engine::clear_step_times() { metrics_.clear_step_times(); }
 
 bool Engine::is_idle_and_leak_free() const {
-  return scheduler_->is_leak_free() && runner_->num_state_slots_in_use() == 0;
+  return scheduler_->is_leak_free() && runner_->num_state_slots_in_use() == 0 && (!drafter_ || drafter_->is_idle());
 }
 
 }  // namespace pagellm

@@ -12,6 +12,8 @@
 // A step with structured-output rows is committed earlier, once the next step's forward is
 // queued: the masks of the next step need its tokens, and go in before that step's sampling.
 // Without it (the CPU default, --no-async-scheduling) each step is committed right after launch.
+// Speculative decoding (--speculative-config) runs synchronous steps: the next step's drafts and
+// inputs depend on how many drafts the running step accepts.
 #pragma once
 
 #include <atomic>
@@ -25,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/draft_proposer.h"
 #include "engine/engine_config.h"
 #include "engine/engine_metrics.h"
 #include "engine/output_channel.h"
@@ -97,6 +100,8 @@ class Engine {
   void run_loop();
   bool drain_inbox(bool wait);
   void step();
+  // Speculative decoding: drafts for the running requests that may speculate (no grammar).
+  DraftProposals propose_drafts();
   void finish_oldest_step();  // waits for the oldest launched step, commits and publishes it
   void publish(const std::vector<RequestUpdate>& updates);
   // Stores a step's prompt_logprobs with their requests until their first output goes out.
@@ -117,6 +122,7 @@ class Engine {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<DraftProposer> drafter_;  // --speculative-config, else null
 
   // submit()'s validation, off the lock; then queue() takes the lock once for a whole batch.
   struct Validated {

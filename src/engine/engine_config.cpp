@@ -1,6 +1,7 @@
 #include "engine/engine_config.h"
 
 #include <cstdlib>
+#include <stdexcept>
 
 namespace pagellm {
 
@@ -88,6 +89,18 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                    "plan each step while the previous one runs (default: on for cuda, off for cpu)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,
                      "at most this many prompt tokens per request per step (0 = off)")->capture_default_str();
+  command
+      .add_option_function<std::string>(
+          "--speculative-config",
+          [&config](const std::string& text) {
+            Expected<SpeculativeConfig> parsed = parse_speculative_config(text);
+            // A one-line "error: ..." from main, as the other bad-input errors of the commands.
+            if (!parsed.has_value()) throw std::invalid_argument(parsed.status().message());
+            config.speculative = *parsed;
+          },
+          "speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+          "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} or {\"model\": DRAFT_DIR, \"num_speculative_tokens\": 3}")
+      ->type_name("JSON");
 }
 
 }  // namespace pagellm

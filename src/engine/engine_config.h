@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "engine/speculative_config.h"
 
 namespace pagellm {
 
@@ -46,11 +47,13 @@ struct EngineConfig {
   // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for
   // GPUs, off on the CPU (whose steps run inline: planning ahead would only delay each token).
   int async_scheduling = -1;
+  // --speculative-config: n-gram or draft-model speculative decoding (off by default).
+  SpeculativeConfig speculative;
 };
 
 // Adds --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-memory, --max-model-len
 // (vLLM's 32k / 1m / 1M forms too), --kv-cache-dtype, --no-enable-prefix-caching, --device, --dtype, --tokenizer, --seed
-// (unless the command already has one), --[no-]async-scheduling to a command.
+// (unless the command already has one), --[no-]async-scheduling, --speculative-config to a command.
 void add_engine_options(CLI::App& command, EngineConfig& config);
 // The cache dtype --kv-cache-dtype names for a model of `activation_dtype`, or a one-line error naming
 // the value ("[engine] --kv-cache-dtype 'fp8_e5m2' is not one of ...").

@@ -43,4 +43,16 @@ void Histogram::observe(double value) {
   sum += value;
 }
 
+SpecDecodeSummary spec_decode_summary(const EngineMetrics& m) {
+  SpecDecodeSummary summary;
+  summary.enabled = !m.spec_decode_accepted_per_position.empty();
+  if (m.spec_decode_num_draft_tokens > 0)
+    summary.acceptance_rate =
+        static_cast<double>(m.spec_decode_num_accepted_tokens) / static_cast<double>(m.spec_decode_num_draft_tokens);
+  if (m.spec_decode_num_drafts > 0)
+    summary.mean_acceptance_length =
+        1.0 + static_cast<double>(m.spec_decode_num_accepted_tokens) / static_cast<double>(m.spec_decode_num_drafts);
+  return summary;
+}
+
 }  // namespace pagellm

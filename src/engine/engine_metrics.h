@@ -51,6 +51,10 @@ struct EngineMetrics {
   int block_size = 0;
   uint64_t prefix_cache_query_tokens = 0, prefix_cache_hit_tokens = 0;
   uint64_t preemptions = 0;
+  // Speculative decoding (vLLM's vllm:spec_decode_*): steps' rows that carried drafts, drafts,
+  // accepted drafts, and accepted drafts by position ([num_speculative_tokens]; empty when off).
+  uint64_t spec_decode_num_drafts = 0, spec_decode_num_draft_tokens = 0, spec_decode_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_decode_accepted_per_position;
   uint64_t steps = 0;
   double step_time_total_s = 0.0;
   LatencyHistogram ttft{Histogram::vllm_ttft_bounds_s()}, inter_token{Histogram::vllm_tpot_bounds_s()};
@@ -61,6 +65,15 @@ struct EngineMetrics {
   Histogram request_prompt_tokens{Histogram::token_count_bounds()};
   Histogram request_generation_tokens{Histogram::token_count_bounds()};
 };
+
+// Speculative decoding's efficiency, as vLLM's logs and bench report it: accepted / draft tokens,
+// and tokens per verified row (1 + accepted drafts per row that carried drafts). Zero when off.
+struct SpecDecodeSummary {
+  double acceptance_rate = 0.0;
+  double mean_acceptance_length = 0.0;
+  bool enabled = false;
+};
+SpecDecodeSummary spec_decode_summary(const EngineMetrics& m);
 
 // Written by the engine thread, read by any thread.
 class EngineMetricsRecorder {

@@ -313,41 +313,47 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
       prompt_logits_rows[prompt_row++] = row_first_token + static_cast<int32_t>(i);
     if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
-    int32_t id_index = sampling_row;
-    if (uses_penalised_copy(row)) {
-      // Its draw runs on the penalised copy; the raw row keeps its argmax (unused) and is not drawn.
-      sample_params[sampling_row] = sampling::RowParams{};
-      penalty_params[penalised_row] = device_sample_params(row);
-      sampling::PenaltyRow& penalty = penalty_rows[penalised_row];
-      penalty = sampling::PenaltyRow{};
-      penalty.logits_row = sampling_row;
-      penalty.history_offset = history_ids;
-      // sample_token's split: the first num_prompt_tokens ids are the prompt, the rest outputs.
-      const int32_t num_history = static_cast<int32_t>(row.history_token_ids.size());
-      penalty.num_prompt_tokens = std::min(row.num_prompt_tokens, num_history);
-      penalty.num_output_tokens = num_history - penalty.num_prompt_tokens;
-      penalty.repetition_penalty = p.repetition_penalty;
-      penalty.presence_penalty = p.presence_penalty;
-      penalty.frequency_penalty = p.frequency_penalty;
-      for (int32_t h = 0; h < num_history; ++h, ++history_ids) {
-        const TokenId id = row.history_token_ids[static_cast<size_t>(h)];
-        history[history_ids] =
-            id == kPlaceholderToken ? placeholder(layout.history + 4 * static_cast<size_t>(history_ids), row.request_id) : id;
+    // Position i of a speculative row: the logits after its i-th draft, sampled as output
+    // num_output_tokens + i with the drafts before it in its penalty history.
+    for (int i = 0; i <= row.num_draft_tokens; ++i) {
+      int32_t id_index = sampling_row;
+      if (uses_penalised_copy(row)) {
+        // Its draw runs on the penalised copy; the raw row keeps its argmax (unused) and is not drawn.
+        sample_params[sampling_row] = sampling::RowParams{};
+        penalty_params[penalised_row] = device_sample_params(row, i);
+        sampling::PenaltyRow& penalty = penalty_rows[penalised_row];
+        penalty = sampling::PenaltyRow{};
+        penalty.logits_row = sampling_row;
+        penalty.history_offset = history_ids;
+        // sample_token's split: the first num_prompt_tokens ids are the prompt, the rest outputs.
+        const int32_t num_history = static_cast<int32_t>(row.history_token_ids.size()) + i;
+        penalty.num_prompt_tokens = std::min(row.num_prompt_tokens, num_history);
+        penalty.num_output_tokens = num_history - penalty.num_prompt_tokens;
+        penalty.repetition_penalty = p.repetition_penalty;
+        penalty.presence_penalty = p.presence_penalty;
+        penalty.frequency_penalty = p.frequency_penalty;
+        for (const TokenId id : row.history_token_ids) {
+          history[history_ids] =
+              id == kPlaceholderToken ? placeholder(layout.history + 4 * static_cast<size_t>(history_ids), row.request_id) : id;
+          ++history_ids;
+        }
+        const TokenId* drafts = row.token_ids.data() + row.num_new_tokens() - row.num_draft_tokens;
+        for (int d = 0; d < i; ++d) history[history_ids++] = drafts[d];
+        for (const auto& [token_id, bias] : p.logit_bias) {
+          int32_t* entry = bias_entries + 3 * num_bias_entries++;
+          entry[0] = penalised_row;
+          entry[1] = token_id;
+          std::memcpy(&entry[2], &bias, sizeof(bias));
+        }
+        if (row.needs_token_mask) mask_rows[num_masks++] = penalised_row;  // its mask: pack_masks()
+        id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
+      } else {
+        sample_params[sampling_row] = device_sample_params(row, i);
       }
-      for (const auto& [token_id, bias] : p.logit_bias) {
-        int32_t* entry = bias_entries + 3 * num_bias_entries++;
-        entry[0] = penalised_row;
-        entry[1] = token_id;
-        std::memcpy(&entry[2], &bias, sizeof(bias));
-      }
-      if (row.needs_token_mask) mask_rows[num_masks++] = penalised_row;  // its mask: pack_masks()
-      id_index = static_cast<int32_t>(layout.num_logits_rows) + penalised_row++;
-    } else {
-      sample_params[sampling_row] = device_sample_params(row);
+      if (p.num_logprobs.has_value()) logprob_rows[logprob_row++] = {sampling_row, id_index, num_top_logprobs(p)};
+      slot.id_index[row.request_id] = id_index;  // the last position's: a planned-ahead step reads it
+      logits_rows[sampling_row++] = token - 1 - row.num_draft_tokens + i;
     }
-    if (p.num_logprobs.has_value()) logprob_rows[logprob_row++] = {sampling_row, id_index, num_top_logprobs(p)};
-    slot.id_index[row.request_id] = id_index;
-    logits_rows[sampling_row++] = token - 1;
   }
   // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
   for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
@@ -448,7 +454,7 @@ void ModelRunner::forward_and_argmax(const StepBatch& batch, int64_t num_samplin
     backend_.argmax(sampled_ids_.view().slice_rows(0, num_sampling_rows), logits.slice_rows(0, num_sampling_rows));
 }
 
-sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& row) {
+sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& row, int position) {
   sampling::RowParams params;  // temperature 0: the row keeps its argmax
   const SamplingParams& p = *row.sampling;
   if (p.is_greedy()) return params;
@@ -456,7 +462,8 @@ sampling::RowParams ModelRunner::device_sample_params(const ScheduledRequest& ro
   params.top_k = p.top_k;
   params.top_p = p.top_p;
   params.min_p = p.min_p;
-  params.uniform = counter_uniform(seed_for(row), static_cast<uint64_t>(row.num_output_tokens));
+  // Output j draws uniform j of its seed, whether it is sampled alone or at a speculative position.
+  params.uniform = counter_uniform(seed_for(row), static_cast<uint64_t>(row.num_output_tokens + position));
   return params;
 }
 
@@ -476,7 +483,7 @@ struct ModelRunner::ForwardShape {
 
 ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const {
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
-  const int64_t num_sampling = plan.num_sampling_rows();
+  const int64_t num_sampling = plan.num_sampled_tokens();
   int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0,
           num_prompt_rows = 0;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
@@ -489,13 +496,17 @@ ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const
     decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
     num_prompt_rows += static_cast<int64_t>(row.prompt_logprob_targets.size());
     if (!row.is_sampling) continue;
+    CHECK_MSG(row.num_draft_tokens == 0 || !row.needs_token_mask, "[runner] request {}: drafts under a token mask",
+              row.request_id);
+    // A speculative row samples 1 + k positions, position i after i of its drafts.
+    const int64_t positions = row.num_sampled_tokens(), k = row.num_draft_tokens;
     if (uses_penalised_copy(row)) {
-      ++num_penalised;
-      num_history_ids += static_cast<int64_t>(row.history_token_ids.size());
-      num_bias_entries += static_cast<int64_t>(row.sampling->logit_bias.size());
+      num_penalised += positions;
+      num_history_ids += positions * static_cast<int64_t>(row.history_token_ids.size()) + k * (k + 1) / 2;
+      num_bias_entries += positions * static_cast<int64_t>(row.sampling->logit_bias.size());
       num_masks += row.needs_token_mask ? 1 : 0;
     }
-    if (row.sampling->num_logprobs.has_value()) ++num_logprob_rows;
+    if (row.sampling->num_logprobs.has_value()) num_logprob_rows += positions;
   }
   const int64_t num_placeholders = count_placeholders(plan);
   const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
@@ -534,7 +545,7 @@ void ModelRunner::launch_forward(const StepPlan& plan) {
   if (shape.replays_graph) {
     run_decode_graph(layout, slot);
   } else {
-    forward_and_argmax(device_batch(layout, slot, shape.max_seqlen_q, shape.max_seqlen_k), plan.num_sampling_rows());
+    forward_and_argmax(device_batch(layout, slot, shape.max_seqlen_q, shape.max_seqlen_k), plan.num_sampled_tokens());
   }
   slot.layout = layout;
   slot.step_index = plan.step_index;
@@ -611,7 +622,7 @@ StepResult ModelRunner::finish(const StepPlan& plan) {
   oldest_launched_ = (oldest_launched_ + 1) % 2;
   --num_launched_;
   backend_.wait_for(slot.done_mark);  // also frees the slot's staging for the next launch
-  if (plan.num_sampling_rows() == 0 && slot.layout->num_prompt_rows == 0) return StepResult{};
+  if (plan.num_sampled_tokens() == 0 && slot.layout->num_prompt_rows == 0) return StepResult{};
   StepResult result = read_back(plan, slot);
   if (slot.layout->num_prompt_rows > 0) result.prompt_logprobs = read_prompt_logprobs(plan, slot);
   return result;
@@ -686,22 +697,22 @@ StepResult ModelRunner::read_back(const StepPlan& plan, const StepSlot& slot) co
   StepResult result;
   int64_t r = 0, penalised = 0, logprob_row = 0;
   for (const ScheduledRequest& row : plan.rows) {
-    if (!row.is_sampling) continue;
     const SamplingParams& p = *row.sampling;
-    const int64_t id_index = uses_penalised_copy(row) ? layout.num_logits_rows + penalised++ : r;
-    SampledToken sampled{row.request_id, ids[id_index], std::nullopt};
-    if (p.num_logprobs.has_value()) {
-      const int32_t* top_ids = slot.logprob_ids_host.ptr<int32_t>() + logprob_row * kLogprobColumns;
-      const float* top_values = slot.logprob_values_host.ptr<float>() + logprob_row * kLogprobColumns;
-      ++logprob_row;
-      SampledLogprobs logprobs;
-      logprobs.sampled_logprob = top_values[0];  // top_ids[0] is the sampled id
-      for (int32_t j = 1; j <= num_top_logprobs(p) && top_ids[j] >= 0; ++j)
-        logprobs.top.push_back({top_ids[j], top_values[j]});
-      sampled.logprobs = std::move(logprobs);
+    for (int position = 0; position < row.num_sampled_tokens(); ++position, ++r) {  // pack()'s order
+      const int64_t id_index = uses_penalised_copy(row) ? layout.num_logits_rows + penalised++ : r;
+      SampledToken sampled{row.request_id, ids[id_index], std::nullopt};
+      if (p.num_logprobs.has_value()) {
+        const int32_t* top_ids = slot.logprob_ids_host.ptr<int32_t>() + logprob_row * kLogprobColumns;
+        const float* top_values = slot.logprob_values_host.ptr<float>() + logprob_row * kLogprobColumns;
+        ++logprob_row;
+        SampledLogprobs logprobs;
+        logprobs.sampled_logprob = top_values[0];  // top_ids[0] is the sampled id
+        for (int32_t j = 1; j <= num_top_logprobs(p) && top_ids[j] >= 0; ++j)
+          logprobs.top.push_back({top_ids[j], top_values[j]});
+        sampled.logprobs = std::move(logprobs);
+      }
+      result.sampled.push_back(std::move(sampled));
     }
-    result.sampled.push_back(std::move(sampled));
-    ++r;
   }
   return result;
 }

@@ -121,9 +121,10 @@ class ModelRunner {
   void upload_masks(const StepLayout& layout, const StepSlot& slot);
   // The graph of a decode bucket: replays it, or runs the step eagerly and captures it.
   void run_decode_graph(const StepLayout& layout, const StepSlot& slot);
-  // What Backend::sample gets for a sampling row: its knobs and the uniform of draw
-  // num_output_tokens of its seed, or temperature 0 for greedy rows (the argmax decides).
-  sampling::RowParams device_sample_params(const ScheduledRequest& row);
+  // What Backend::sample gets for a sampling row's position (0, or a speculative row's 0..k): its
+  // knobs and the uniform of draw num_output_tokens + position of its seed, or temperature 0 for
+  // greedy rows (the argmax decides).
+  sampling::RowParams device_sample_params(const ScheduledRequest& row, int position);
   // forward (every logits row: R sampling rows, then prompt_logprobs rows) + argmax of the first
   // num_sampling_rows into sampled_ids_ (the part a graph records).
   void forward_and_argmax(const StepBatch& batch, int64_t num_sampling_rows);

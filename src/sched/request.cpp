@@ -115,11 +115,15 @@ void Request::preempt() {
             request_status_name(status_));
   status_ = RequestStatus::kPreempted;
   num_tokens_computed_ = 0;
+  num_draft_tokens_in_flight_ = 0;
   ++num_preemptions_;
 }
 
-void Request::schedule_tokens(int num_tokens, bool is_sampling) {
+void Request::schedule_tokens(int num_tokens, bool is_sampling, int num_draft_tokens) {
   CHECK(status_ == RequestStatus::kRunning);
+  CHECK_MSG(num_draft_tokens == 0 || (is_sampling && num_draft_tokens_in_flight_ == 0 && num_draft_tokens < num_tokens),
+            "request {}: {} drafts in a row of {} tokens", id_, num_draft_tokens, num_tokens);
+  num_draft_tokens_in_flight_ = num_draft_tokens;
   CHECK_MSG(num_tokens > 0 && num_tokens_computed_ + num_tokens <= num_planned_tokens(),
             "request {}: {} computed + {} new > {} tokens", id_, num_tokens_computed_, num_tokens,
             num_planned_tokens());
@@ -131,11 +135,25 @@ void Request::schedule_tokens(int num_tokens, bool is_sampling) {
   }
 }
 
-void Request::append_output(TokenId token_id) {
+int Request::append_outputs(std::span<const TokenId> token_ids) {
   CHECK(status_ == RequestStatus::kRunning || status_ == RequestStatus::kPreempted);
   CHECK_MSG(num_output_placeholders_ > 0, "request {} gets a token no step sampled", id_);
+  const int num_accepted = static_cast<int>(token_ids.size()) - 1;
+  CHECK_MSG(num_accepted >= 0 && num_accepted <= num_draft_tokens_in_flight_, "request {}: {} tokens for {} drafts", id_,
+            token_ids.size(), num_draft_tokens_in_flight_);
   --num_output_placeholders_;
-  token_ids_.push_back(token_id);
+  // The rejected drafts' KV is dropped; a preempted request has none to drop.
+  if (status_ == RequestStatus::kRunning) num_tokens_computed_ -= num_draft_tokens_in_flight_ - num_accepted;
+  num_draft_tokens_in_flight_ = 0;
+  int appended = 0;
+  for (TokenId token_id : token_ids) {
+    token_ids_.push_back(token_id);
+    ++appended;
+    if (stop_reason()) break;
+  }
+  // Stopped at an accepted draft: the tokens after it were never outputs.
+  if (appended < static_cast<int>(token_ids.size())) num_tokens_computed_ = std::min(num_tokens_computed_, num_tokens());
+  return appended;
 }
 
 void Request::finish(FinishReason reason) {

@@ -24,6 +24,14 @@
 //
 //   token_ids   [p0 ... p(P-1) | o0 ... o(O-1) | ? ]       ? = placeholder (num_output_placeholders = 1)
 //                ◀────── computed (in flight included) ──────▶
+//
+// Speculative decoding (synchronous steps only): a decode row also computes k draft tokens after
+// the last sampled one; they count as planned and computed while the step runs. Its commit keeps
+// the drafts the target agreed with plus the target's own next token, and rolls num_tokens_computed
+// back to the tokens kept (the last one, as always, has no KV yet):
+//
+//   scheduled   [ ... o(O-1) | d1 d2 d3 ]   computed = all, num_draft_tokens_in_flight = 3
+//   committed   [ ... o(O-1) | d1 t ]        d1 accepted, d2 rejected: t = the target's token there
 #pragma once
 
 #include <cstdint>
@@ -102,8 +110,9 @@ class Request {
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }  // known outputs
   // Sampled by scheduled steps, not committed yet (0 or 1: at most one step is planned ahead).
   int num_output_placeholders() const { return num_output_placeholders_; }
-  // Known tokens + placeholders: the sequence the scheduler plans over.
-  int num_planned_tokens() const { return num_tokens() + num_output_placeholders_; }
+  // Known tokens + placeholders + drafts in flight: the sequence the scheduler plans over.
+  int num_planned_tokens() const { return num_tokens() + num_output_placeholders_ + num_draft_tokens_in_flight_; }
+  int num_draft_tokens_in_flight() const { return num_draft_tokens_in_flight_; }
   // KV in the cache or being written by a scheduled step.
   int num_tokens_computed() const { return num_tokens_computed_; }
   int num_missing_tokens() const { return num_planned_tokens() - num_tokens_computed_; }
@@ -120,11 +129,16 @@ class Request {
   void set_arrival_index(uint64_t index) { arrival_index_ = index; }
   void admit(int num_prefix_cached_tokens);
   void preempt();
-  // A step scheduled num_tokens more of this request (and samples after them when is_sampling).
-  void schedule_tokens(int num_tokens, bool is_sampling);
+  // A step scheduled num_tokens more of this request (and samples after them when is_sampling); the
+  // last num_draft_tokens of them are speculative drafts (a sampling row only).
+  void schedule_tokens(int num_tokens, bool is_sampling, int num_draft_tokens = 0);
   // Commit of a sampling row: its placeholder becomes token_id. Also for a request preempted
   // since that step was planned: the token was sampled before its blocks were freed.
-  void append_output(TokenId token_id);
+  void append_output(TokenId token_id) { (void)append_outputs(std::span<const TokenId>(&token_id, 1)); }
+  // The same for a speculative row: token_ids = the accepted drafts, then the target's token. The
+  // drafts in flight end (num_tokens_computed rolls back to the tokens kept), tokens are appended
+  // up to the first that stops the request (stop_reason()); returns how many were appended.
+  int append_outputs(std::span<const TokenId> token_ids);
   void finish(FinishReason reason);
 
  private:
@@ -135,6 +149,7 @@ class Request {
   RequestStatus status_ = RequestStatus::kWaiting;
   int num_tokens_computed_ = 0;     // tokens whose KV is in the cache or queued to be written
   int num_output_placeholders_ = 0;
+  int num_draft_tokens_in_flight_ = 0;
   uint64_t arrival_index_ = 0;
   int num_preemptions_ = 0;
   int num_prefix_cached_tokens_ = 0;

@@ -118,7 +118,18 @@ int Scheduler::num_cacheable_tokens(const Request& request) const {
   return config_.gdn_chunk_tokens > 0 ? request.num_prompt_tokens() : INT32_MAX;
 }
 
-StepPlan Scheduler::schedule() {
+std::span<const TokenId> Scheduler::draft_quota(const Request& request, int budget, const DraftProposals* drafts) const {
+  if (drafts == nullptr || request.num_missing_tokens() != 1 || request.num_output_placeholders() > 0) return {};
+  const auto it = drafts->find(request.id());
+  if (it == drafts->end()) return {};
+  // The step yields up to 1 + k outputs; the row takes 1 + k of the budget and of the threshold.
+  int k = std::min(static_cast<int>(it->second.size()), budget - 1);
+  k = std::min(k, request.sampling().max_tokens - request.num_output_tokens() - 1);
+  if (config_.long_prefill_token_threshold > 0) k = std::min(k, config_.long_prefill_token_threshold - 1);
+  return std::span<const TokenId>(it->second).first(static_cast<size_t>(std::max(k, 0)));
+}
+
+StepPlan Scheduler::schedule(const DraftProposals* drafts) {
   CHECK_MSG(uncommitted_steps_.size() <= 1, "schedule() of step {} with steps {} and {} uncommitted", num_steps_,
             uncommitted_steps_.front(), uncommitted_steps_.back());
   StepPlan plan;
@@ -129,20 +140,22 @@ StepPlan Scheduler::schedule() {
 
   std::vector<Scheduled> scheduled;
   int budget = config_.max_num_batched_tokens;
-  schedule_running(scheduled, budget, plan);
+  schedule_running(scheduled, budget, plan, drafts);
   // A step that had to preempt is short of blocks: admitting now would only preempt again.
   if (plan.preempted_request_ids.empty()) admit_waiting(scheduled, budget);
 
   plan.rows.reserve(scheduled.size());
   for (const Scheduled& entry : scheduled) {
     plan.rows.push_back(make_row(entry));
-    entry.request->schedule_tokens(entry.num_new_tokens, plan.rows.back().is_sampling);
+    entry.request->schedule_tokens(entry.num_new_tokens, plan.rows.back().is_sampling,
+                                   static_cast<int>(entry.drafts.size()));
   }
   if (!plan.empty()) uncommitted_steps_.push_back(plan.step_index);  // an empty plan needs no commit
   return plan;
 }
 
-void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan) {
+void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan,
+                                 const DraftProposals* drafts) {
   // Decodes first (their latency is what users see), then unfinished prefills; stable = oldest first.
   std::vector<Request*> order = running_;
   std::stable_partition(order.begin(), order.end(),
@@ -154,8 +167,10 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
     if (request->num_output_placeholders() > 0 &&
         request->num_planned_tokens() - request->num_prompt_tokens() >= request->sampling().max_tokens)
       continue;
-    const int num_new_tokens = token_quota(*request, budget);
-    if (num_new_tokens == 0) continue;  // its next GDN-chunk-aligned piece does not fit the budget left
+    const std::span<const TokenId> request_drafts = draft_quota(*request, budget, drafts);
+    const int num_tokens = token_quota(*request, budget);
+    if (num_tokens == 0) continue;  // its next GDN-chunk-aligned piece does not fit the budget left
+    const int num_new_tokens = num_tokens + static_cast<int>(request_drafts.size());
     bool fits = false;
     while (!(fits = kv_cache_.allocate(request->id(), request->num_tokens_computed(),
                                        num_new_tokens))) {
@@ -164,7 +179,7 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
       if (victim == request) break;
     }
     if (!fits) continue;
-    scheduled.push_back({request, num_new_tokens, /*is_new=*/false});
+    scheduled.push_back({request, num_new_tokens, /*is_new=*/false, request_drafts});
     budget -= num_new_tokens;
   }
 }
@@ -219,18 +234,21 @@ ScheduledRequest Scheduler::make_row(const Scheduled& entry) {
   ScheduledRequest row;
   row.request_id = request.id();
   row.start_pos = request.num_tokens_computed();
-  // Known tokens, then the placeholder of a sampling step still running (kPlaceholderToken).
-  const int num_known = std::clamp(request.num_tokens() - row.start_pos, 0, entry.num_new_tokens);
+  // Known tokens, then the placeholder of a sampling step still running (kPlaceholderToken), then drafts.
+  row.num_draft_tokens = static_cast<int>(entry.drafts.size());
+  const int num_inputs = entry.num_new_tokens - row.num_draft_tokens;
+  const int num_known = std::clamp(request.num_tokens() - row.start_pos, 0, num_inputs);
   const auto tokens = request.token_ids().subspan(row.start_pos, num_known);
   row.token_ids.assign(tokens.begin(), tokens.end());
-  row.token_ids.resize(static_cast<size_t>(entry.num_new_tokens), kPlaceholderToken);
+  row.token_ids.resize(static_cast<size_t>(num_inputs), kPlaceholderToken);
+  row.token_ids.insert(row.token_ids.end(), entry.drafts.begin(), entry.drafts.end());
   row.block_tables.resize(static_cast<size_t>(kv_cache_.num_groups()));
   for (int g = 0; g < kv_cache_.num_groups(); ++g) {
     const auto table = kv_cache_.block_table(request.id(), g);
     row.block_tables[static_cast<size_t>(g)].assign(table.begin(), table.end());
     CHECK(static_cast<int>(table.size()) >= num_blocks_for_tokens(row.context_len(), config_.block_size));
   }
-  row.is_sampling = row.context_len() == request.num_planned_tokens();
+  row.is_sampling = row.context_len() - row.num_draft_tokens == request.num_planned_tokens();
   row.is_new = entry.is_new;
   row.restore_state_checkpoint = entry.restore_state_checkpoint;
   if (config_.gdn_chunk_tokens > 0 && row.start_pos % config_.gdn_chunk_tokens == 0)  // checkpoints end GDN chunks
@@ -260,23 +278,24 @@ std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepRes
             "commit() of step {} but step {} is the oldest pending", plan.step_index,
             uncommitted_steps_.empty() ? int64_t{-1} : static_cast<int64_t>(uncommitted_steps_.front()));
   uncommitted_steps_.pop_front();
-  CHECK_MSG(static_cast<int>(result.sampled.size()) == plan.num_sampling_rows(),
-            "{} sampled tokens for {} sampling rows", result.sampled.size(),
-            plan.num_sampling_rows());
+  CHECK_MSG(static_cast<int>(result.sampled.size()) == plan.num_sampled_tokens(),
+            "{} sampled tokens for {} sampled positions", result.sampled.size(), plan.num_sampled_tokens());
 
   std::vector<RequestUpdate> updates;
   size_t sampled_index = 0;
   for (const ScheduledRequest& row : plan.rows) {
-    const SampledToken* sampled = row.is_sampling ? &result.sampled[sampled_index++] : nullptr;
-    CHECK_MSG(!sampled || sampled->request_id == row.request_id,
-              "sampled token for request {} in the row of request {}",
-              sampled ? sampled->request_id : 0, row.request_id);
+    const auto sampled = std::span<const SampledToken>(result.sampled).subspan(sampled_index, row.num_sampled_tokens());
+    sampled_index += sampled.size();
+    for (const SampledToken& token : sampled)
+      CHECK_MSG(token.request_id == row.request_id, "sampled token for request {} in the row of request {}",
+                token.request_id, row.request_id);
     const auto it = requests_.find(row.request_id);
     if (it == requests_.end()) continue;  // finished or aborted after schedule(): its result is dropped
     Request* request = it->second.get();
     // Still running: nothing preempted it since this plan (a request preempted while a step of
     // it runs is re-admitted only after that step's commit), so its blocks hold the row's KV.
-    if (request->status() == RequestStatus::kRunning) {
+    // A speculative row's blocks are offered once its drafts are verified (commit_sampled).
+    if (request->status() == RequestStatus::kRunning && row.num_draft_tokens == 0) {
       CHECK_MSG(request->num_tokens_computed() >= row.context_len(),
                 "request {}: row ends at {} but {} tokens are computed", row.request_id, row.context_len(),
                 request->num_tokens_computed());
@@ -284,21 +303,48 @@ std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepRes
                                       num_cacheable_tokens(*request));
       kv_cache_.publish_checkpoints(request->id(), row.state_checkpoints);
     }
-    if (!sampled) continue;
-
-    request->append_output(sampled->token_id);
-    RequestUpdate update;
-    update.request_id = request->id();
-    update.new_token_id = sampled->token_id;
-    update.logprobs = sampled->logprobs;
-    update.finish_reason = request->stop_reason();
-    update.num_prompt_tokens = request->num_prompt_tokens();
-    update.num_output_tokens = request->num_output_tokens();
-    update.num_prefix_cached_tokens = request->num_prefix_cached_tokens();
-    if (update.finish_reason) finish(request, *update.finish_reason);
-    updates.push_back(std::move(update));
+    if (!sampled.empty()) commit_sampled(request, row, sampled, updates);
   }
   return updates;
+}
+
+void Scheduler::commit_sampled(Request* request, const ScheduledRequest& row, std::span<const SampledToken> sampled,
+                               std::vector<RequestUpdate>& updates) {
+  // Verification: drafts are kept while the target sampled them too; the target's token after
+  // the last kept draft ends the row's tokens (sampled[i] is the target's token at draft i).
+  const auto drafts = std::span<const TokenId>(row.token_ids).last(static_cast<size_t>(row.num_draft_tokens));
+  size_t num_accepted = 0;
+  while (num_accepted < drafts.size() && drafts[num_accepted] == sampled[num_accepted].token_id) ++num_accepted;
+  std::vector<TokenId> kept;
+  for (size_t i = 0; i <= num_accepted; ++i) kept.push_back(sampled[i].token_id);
+  const int num_outputs_before = request->num_output_tokens();
+  const int num_appended = request->append_outputs(kept);
+  if (!drafts.empty()) {
+    ++num_spec_drafts_;
+    num_spec_draft_tokens_ += static_cast<int64_t>(drafts.size());
+    num_spec_accepted_tokens_ += static_cast<int64_t>(num_accepted);
+    if (num_spec_accepted_per_position_.size() < drafts.size()) num_spec_accepted_per_position_.resize(drafts.size(), 0);
+    for (size_t i = 0; i < num_accepted; ++i) ++num_spec_accepted_per_position_[i];
+    if (request->status() == RequestStatus::kRunning) {
+      // The kept tokens' KV: full blocks enter the prefix index, blocks past it go back to the pool.
+      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), request->num_tokens_computed(),
+                                      num_cacheable_tokens(*request));
+      kv_cache_.trim(request->id(), request->num_tokens_computed());
+    }
+  }
+  const std::optional<FinishReason> finish_reason = request->stop_reason();
+  for (int i = 0; i < num_appended; ++i) {
+    RequestUpdate update;
+    update.request_id = request->id();
+    update.new_token_id = kept[static_cast<size_t>(i)];
+    update.logprobs = sampled[static_cast<size_t>(i)].logprobs;
+    if (i + 1 == num_appended) update.finish_reason = finish_reason;
+    update.num_prompt_tokens = request->num_prompt_tokens();
+    update.num_output_tokens = num_outputs_before + i + 1;
+    update.num_prefix_cached_tokens = request->num_prefix_cached_tokens();
+    updates.push_back(std::move(update));
+  }
+  if (finish_reason) finish(request, *finish_reason);
 }
 
 void Scheduler::finish(Request* request, FinishReason reason) {
@@ -328,6 +374,10 @@ SchedulerStats Scheduler::stats() const {
   stats.prefix_cache_hit_tokens = kv_cache_.num_prefix_hit_tokens();
   stats.num_kv_blocks_used = kv_cache_.num_used_blocks();
   stats.num_kv_blocks_total = kv_cache_.num_blocks();
+  stats.num_spec_drafts = num_spec_drafts_;
+  stats.num_spec_draft_tokens = num_spec_draft_tokens_;
+  stats.num_spec_accepted_tokens = num_spec_accepted_tokens_;
+  stats.num_spec_accepted_per_position = num_spec_accepted_per_position_;
   return stats;
 }
 

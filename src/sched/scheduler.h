@@ -21,6 +21,19 @@
 //   step 1: A 1, B 1, C 6 (C[0..6))   step 2: A 1, B 1, C 6 (C[6..12))   step 3: A 1, B 1, C 6
 //   step 4: A 1, B 1, C 2 (last chunk: C samples)                          step 5: A, B, C decode
 //
+// Speculative decoding: schedule(&drafts) gives a decoding request (one missing token, nothing in
+// flight) 1 + k tokens, its last sampled token and k of the drafts proposed for it, with k cut to the
+// token budget, the long-prefill threshold and max_tokens (a step never yields more tokens than
+// max_tokens allows). commit() verifies: drafts are kept while each equals the target's token at
+// its position, then the target's token after the last kept one is appended (1 .. k + 1 tokens),
+// as vLLM's rejection sampler does for drafts without probabilities: with temperature > 0 the
+// target's token at each position is drawn from its own distribution p, so a draft d is kept with
+// probability p(d) and, when it is not, the token drawn is distributed as p without d,
+// renormalised, which is exactly max(0, p - q) normalised for the one-hot q of a proposed token.
+// Every token is therefore distributed as without speculation, and a seeded request draws the
+// same uniforms (draw j for its output j) and so the same tokens. Rejected drafts' KV is dropped:
+// num_tokens_computed rolls back, and blocks past the kept tokens go back to the pool.
+//
 // Progress: the oldest running request is never preempted by a younger one, and add() rejects any
 // request that could not fit in the whole cache alone (max_blocks_per_request in
 // cache/kv_cache_budget.h, which counts a sliding group's window rather than its whole length), so
@@ -31,6 +44,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -88,6 +102,12 @@ struct SchedulerStats {
   int64_t prefix_cache_hit_tokens = 0;
   int num_kv_blocks_used = 0;   // all groups (one pool)
   int num_kv_blocks_total = 0;
+  // Speculative decoding, as vLLM's spec_decode counters: rows that carried drafts, drafts, drafts
+  // accepted, and accepted drafts by position (index i: the (i + 1)-th draft of a row).
+  int64_t num_spec_drafts = 0;
+  int64_t num_spec_draft_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
+  std::vector<int64_t> num_spec_accepted_per_position;
 };
 
 class Scheduler {
@@ -116,7 +136,8 @@ class Scheduler {
   // runner takes from step N's device-side ids. A request whose step N samples its max_tokens-th
   // token is not scheduled in step N+1; one that stops at an EOS or stop id in step N has a
   // wasted row in step N+1, dropped at commit. abort() between schedule and commit is allowed.
-  StepPlan schedule();
+  // With `drafts` (speculative decoding), decoding requests may compute some of theirs this step.
+  StepPlan schedule(const DraftProposals* drafts = nullptr);
 
   // Applies a step's outcome (a no-op for an empty plan), steps in order: computed blocks enter the prefix cache, placeholders
   // become the sampled tokens, stop checks. Returns one update per sampling row of a still-live
@@ -124,6 +145,8 @@ class Scheduler {
   std::vector<RequestUpdate> commit(const StepPlan& plan, const StepResult& result);
 
   const Request* find(RequestId request_id) const;
+  // Running requests, oldest admission first (speculative proposers read their tokens).
+  const std::vector<Request*>& running_requests() const { return running_; }
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
@@ -140,6 +163,7 @@ class Scheduler {
     int num_new_tokens;
     bool is_new;
     int32_t restore_state_checkpoint = -1;
+    std::span<const TokenId> drafts = {};  // the last drafts.size() of num_new_tokens
   };
 
   int token_quota(const Request& request, int budget) const;
@@ -148,7 +172,12 @@ class Scheduler {
   int align_to_gdn_chunks(int start, int num_tokens, int num_missing_tokens) const;
   // The tokens of a request whose KV and GDN state may enter the prefix cache.
   int num_cacheable_tokens(const Request& request) const;
-  void schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
+  // The drafts a decoding request computes this step: a prefix of its proposal that fits.
+  std::span<const TokenId> draft_quota(const Request& request, int budget, const DraftProposals* drafts) const;
+  void schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan, const DraftProposals* drafts);
+  // Commit of one sampling row's tokens (1 + its drafts); returns the updates, one per kept token.
+  void commit_sampled(Request* request, const ScheduledRequest& row, std::span<const SampledToken> sampled,
+                      std::vector<RequestUpdate>& updates);
   void admit_waiting(std::vector<Scheduled>& scheduled, int& budget);
   void preempt(Request* victim, std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
   ScheduledRequest make_row(const Scheduled& entry);  // reserves the row's GDN checkpoints
@@ -164,6 +193,8 @@ class Scheduler {
   uint64_t num_steps_ = 0;
   std::deque<uint64_t> uncommitted_steps_;  // scheduled, not committed: at most 2 (one planned ahead)
   int64_t num_preemptions_ = 0;
+  int64_t num_spec_drafts_ = 0, num_spec_draft_tokens_ = 0, num_spec_accepted_tokens_ = 0;
+  std::vector<int64_t> num_spec_accepted_per_position_;
 };
 
 }  // namespace pagellm

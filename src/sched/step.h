@@ -11,6 +11,8 @@
 //   prefill chunk    start_pos = 0 or previous chunk end, is_sampling only for the last chunk
 //   prefix-cache hit first row starts at start_pos = cached tokens (a multiple of block_size)
 //   after preemption start_pos = 0 again; earlier outputs are part of token_ids
+//   speculative      start_pos = N - 1, 1 + k tokens: the last sampled one, then k drafts;
+//                    is_sampling, and each of the 1 + k positions is sampled (verification)
 //
 // Packing (DESIGN.md's StepBatch), rows in plan order, b = row index, q_len = token_ids.size():
 //
@@ -24,15 +26,18 @@
 // G = KV cache groups (cache/kv_cache_groups.h): 1 unless the model mixes full and sliding-window
 // layers. All tables of a row have the same length; a sliding group's entries before its window
 // are kNoBlock (released), and only positions the step reads or writes are ever looked up.
-//   logits_rows     cu_seqlens_q[b + 1] - 1 for rows with is_sampling          [num sampling rows]
+//   logits_rows     cu_seqlens_q[b + 1] - 1 - k .. cu_seqlens_q[b + 1] - 1 for rows with is_sampling
+//                   (k = num_draft_tokens, 0 but for speculative rows)     [num sampled tokens]
 //
-// Then StepResult::sampled holds one SampledToken per sampling row, in row order, and the engine
-// passes both to Scheduler::commit().
+// Then StepResult::sampled holds one SampledToken per sampled position, in row order (1 + k for a
+// speculative row: the target's token after the last sampled token and after each draft), and the
+// engine passes both to Scheduler::commit(), which verifies the drafts.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/checkpoint_pool.h"
@@ -73,7 +78,13 @@ struct ScheduledRequest {
   int32_t restore_state_checkpoint = -1;
   std::vector<PlannedCheckpoint> state_checkpoints;
 
+  // Speculative decoding: the last num_draft_tokens of token_ids are drafts; the runner samples the
+  // target at each of the 1 + num_draft_tokens last positions (draw num_output_tokens + i of the
+  // row's seed, penalties over history_token_ids + the drafts before it).
+  int num_draft_tokens = 0;
+
   int num_new_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_sampled_tokens() const { return is_sampling ? 1 + num_draft_tokens : 0; }
   int context_len() const { return start_pos + num_new_tokens(); }  // seq_lens_k
 };
 
@@ -90,7 +101,12 @@ struct StepPlan {
   bool empty() const { return rows.empty(); }
   int num_scheduled_tokens() const;
   int num_sampling_rows() const;
+  int num_sampled_tokens() const;  // sampling rows + their drafts: the logits rows sampled
 };
+
+// Draft tokens proposed for running requests before schedule() (speculative decoding); the
+// scheduler takes as many as the token budget and max_tokens allow.
+using DraftProposals = std::unordered_map<RequestId, std::vector<TokenId>>;
 
 struct TokenLogprob {
   TokenId token_id = 0;
@@ -102,6 +118,7 @@ struct SampledLogprobs {
   std::vector<TokenLogprob> top;    // [num_logprobs], best first
 };
 
+// One sampled position. A speculative row has 1 + k of them in order, all with its request_id.
 struct SampledToken {
   RequestId request_id = 0;
   TokenId token_id = 0;
@@ -125,7 +142,7 @@ struct PromptLogprobs {
 };
 
 struct StepResult {
-  std::vector<SampledToken> sampled;  // one per sampling row of the plan, in row order
+  std::vector<SampledToken> sampled;  // one per sampled position of the plan (num_sampled_tokens), in row order
   std::vector<PromptLogprobs> prompt_logprobs;  // one per row with prompt_logprob_targets, in row order
 };
 
@@ -138,6 +155,12 @@ inline int StepPlan::num_scheduled_tokens() const {
 inline int StepPlan::num_sampling_rows() const {
   int total = 0;
   for (const ScheduledRequest& row : rows) total += row.is_sampling ? 1 : 0;
+  return total;
+}
+
+inline int StepPlan::num_sampled_tokens() const {
+  int total = 0;
+  for (const ScheduledRequest& row : rows) total += row.num_sampled_tokens();
   return total;
 }
 

@@ -90,6 +90,18 @@ std::string vllm_families(const EngineMetrics& m, std::string_view model_name) {
   w.histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.inter_token.vllm);
   w.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e.vllm);
   w.histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time.vllm);
+  // Speculative decoding: present (as in vLLM) only when it is configured.
+  if (!m.spec_decode_accepted_per_position.empty()) {
+    w.counter("spec_decode_num_drafts", "Number of spec decoding drafts.", static_cast<double>(m.spec_decode_num_drafts));
+    w.counter("spec_decode_num_draft_tokens", "Number of draft tokens.",
+              static_cast<double>(m.spec_decode_num_draft_tokens));
+    w.counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+              static_cast<double>(m.spec_decode_num_accepted_tokens));
+    w.family("spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.");
+    for (size_t i = 0; i < m.spec_decode_accepted_per_position.size(); ++i)
+      w.sample("spec_decode_num_accepted_tokens_per_pos_total",
+               static_cast<double>(m.spec_decode_accepted_per_position[i]), fmt::format("position=\"{}\"", i));
+  }
   return w.take();
 }
 

@@ -112,6 +112,14 @@ TEST(CliGenerate, BadInputIsAOneLineError) {
       {"generate --model " + kFixture.string() + " --prompt hello", "no tokenizer.json"},
       {"generate --model /nonexistent/model --prompt-ids 1", "/nonexistent/model"},
       {"generate --model " + kFixture.string() + " --prompt-ids 1 --max-tokens 0", "max_tokens must be >= 1"},
+      {"generate --model " + kFixture.string() + " --prompt-ids 1 --speculative-config '{\"method\": \"ngram\"'",
+       "[speculative-config] not valid JSON"},
+      {"generate --model " + kFixture.string() +
+           " --prompt-ids 1 --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 99}'",
+       "num_speculative_tokens must be in [1, 15], got 99"},
+      {"generate --model " + kFixture.string() +
+           " --prompt-ids 1 --speculative-config '{\"model\": \"/nonexistent/draft\", \"num_speculative_tokens\": 2}'",
+       "/nonexistent/draft"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run(c.args);

@@ -76,8 +76,12 @@ class FakeModel {
         }
       }
       if (!row.is_sampling) continue;
-      // The last query's view in each group: the tail of what that group read.
-      result.sampled.push_back({row.request_id, next_token_of_reads(read, row.context_len()), std::nullopt});
+      // The last query's view in each group: the tail of what that group read. A speculative row
+      // samples after each of its last 1 + k positions (the context up to and including it).
+      for (int i = 0; i <= row.num_draft_tokens; ++i) {
+        const int context_len = row.context_len() - row.num_draft_tokens + i;
+        result.sampled.push_back({row.request_id, next_token_of_reads(read, context_len, row.context_len()), std::nullopt});
+      }
       last_sampled_[row.request_id] = result.sampled.back().token_id;
     }
     return result;
@@ -110,14 +114,15 @@ class FakeModel {
   }
 
  private:
-  // next_token over the tokens each group read for a row whose context is context_len long.
-  TokenId next_token_of_reads(const std::vector<std::vector<TokenId>>& read, int context_len) const {
+  // next_token over the tokens each group read (up to read_end) for a query whose context is
+  // context_len long.
+  TokenId next_token_of_reads(const std::vector<std::vector<TokenId>>& read, int context_len, int read_end) const {
     uint64_t h = 1469598103934665603ull;
     for (size_t g = 0; g < windows_.size(); ++g) {
       const int begin = windows_[g] == kFullAttention ? 0 : std::max(0, context_len - windows_[g]);
       const std::vector<TokenId>& tokens = read[g];
-      // read[g] covers [context_len - tokens.size(), context_len).
-      const int first = context_len - static_cast<int>(tokens.size());
+      // read[g] covers [first, first + tokens.size()) ⊇ the positions up to context_len.
+      const int first = read_end - static_cast<int>(tokens.size());
       EXPECT_LE(first, begin);
       for (int pos = begin; pos < context_len; ++pos)
         h = (h ^ static_cast<uint64_t>(tokens[static_cast<size_t>(pos - first)])) * 1099511628211ull;

@@ -1,0 +1,40 @@
+// DraftProposer: the speculative-decoding proposers (--speculative-config). Before each step the
+// engine asks for drafts for the decoding requests that may speculate (running, one missing token,
+// no grammar); the scheduler takes what fits (sched/scheduler.h) and the target verifies them in
+// the step's one forward.
+//
+//   ngram        propose_ngram_drafts over the request's prompt + outputs (sched/ngram_proposer.h)
+//   draft_model  a second, smaller model with its own KV cache proposes k tokens greedily
+//                (draft_model_proposer.h)
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "sched/ngram_proposer.h"
+#include "sched/request.h"
+#include "sched/step.h"
+
+namespace pagellm {
+
+class DraftProposer {
+ public:
+  virtual ~DraftProposer() = default;
+  // Drafts for each of `requests` that has some; all are running, one token missing, none in flight.
+  virtual DraftProposals propose(const std::vector<const Request*>& requests) = 0;
+  // A request ended (finished or aborted) or was preempted: drop what is kept for it.
+  virtual void forget(RequestId) {}
+  // Leak check: nothing is kept for any request.
+  virtual bool is_idle() const { return true; }
+};
+
+class NgramDraftProposer final : public DraftProposer {
+ public:
+  explicit NgramDraftProposer(const NgramLookup& lookup) : lookup_(lookup) {}
+  DraftProposals propose(const std::vector<const Request*>& requests) override;
+
+ private:
+  NgramLookup lookup_;
+};
+
+}  // namespace pagellm
