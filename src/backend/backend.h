@@ -51,6 +51,11 @@ struct AttentionParams {
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
   KvScales kv_scales{};         // used when the caches are f8_e4m3
+  // Attention sinks (gpt-oss): [num_heads] f32 on the op's device, or empty (data == nullptr) = none.
+  // Head h's sink is one more logit in its softmax denominator, with no value:
+  //   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)),  m = max(max_j s_j, sinks[h]).
+  // (A row that sees no key then gives zeros, as without sinks.)
+  TensorView sinks;
 };
 
 // A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same

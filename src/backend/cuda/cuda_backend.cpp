@@ -766,6 +766,12 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   a.softcap = params.softcap;
   a.causal = params.causal;
   a.window = params.sliding_window > 0 ? params.sliding_window : 0;
+  if (params.sinks.data != nullptr) {
+    CHECK_MSG(params.sinks.dtype == DType::kF32 && params.sinks.numel() == q.size(1) &&
+                  params.sinks.device == Device::kCuda,
+              "[attention] sinks must be [{}] f32 on the GPU", q.size(1));
+    a.sinks = params.sinks.ptr<float>();
+  }
   if (a.num_seqs == 0 || a.num_tokens == 0) return;
 
   // The plan (split counts, which kernels) depends on shapes and hints only. The longest context

@@ -122,6 +122,7 @@ struct AttentionArgs {
   float scale = 1.0f, softcap = 0.0f;
   bool causal = true;
   int32_t window = 0;  // 0 = off
+  const float* sinks = nullptr;  // [num_heads] f32 or none (AttentionParams::sinks)
 };
 
 // Keys are processed in partitions of this many absolute positions (see attention.cu).
