@@ -168,6 +168,14 @@ class Backend {
                            const TensorView& zeros, int64_t group_size) {
     CHECK_MSG(false, "[{}] matmul_int4 is not implemented on this backend", name());
   }
+  // MXFP4 weights (OCP microscaling, as gpt-oss releases its experts), kept 4-bit:
+  //   blocks [N, K / 2] u8: byte j of row n holds element 2j in its low nibble and 2j + 1 in its high
+  //   one, each an e2m1 code (core/dtype.h kE2m1Values); scales [N, K / 32] u8, e8m0 exponents;
+  //   W[n, k] = e2m1(code) * 2^(scales[n, k / 32] - 127) (exact in f32). K % 32 == 0.
+  // out[M, N] = x[M, K] . W^T with f32 accumulation, rounded once to out's dtype.
+  virtual void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+    CHECK_MSG(false, "[{}] matmul_mxfp4 is not implemented on this backend", name());
+  }
   // out[rows, D] = rms_norm(x[rows, D]) with weight w[D]; rows may be any leading shape.
   virtual void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                         NormWeight mode) = 0;

@@ -105,6 +105,10 @@ void CpuBackend::matmul_fp8_block(TensorView out, const TensorView& x, const Ten
   cpu::matmul_fp8_block(out, x, w, w_scale, block_n, block_k);
 }
 
+void CpuBackend::matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+  cpu::matmul_mxfp4(out, x, blocks, scales);
+}
+
 void CpuBackend::matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                              const TensorView& zeros, int64_t group_size) {
   cpu::matmul_int4(out, x, qweight, scales, zeros, group_size);

@@ -160,6 +160,7 @@ class CudaBackend final : public Backend {
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
+  void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) override;
   void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;  // fp8_group_quant.cu
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
@@ -627,6 +628,24 @@ void CudaBackend::matmul_int4(TensorView out, const TensorView& x, const TensorV
   q.k = k;
   q.block_n = 1;
   q.block_k = group_size;
+  quant_matmul(out, x, q, op);
+}
+
+void CudaBackend::matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+  const char* op = "matmul_mxfp4";
+  CHECK_MSG(blocks.ndim() == 2 && blocks.size(1) % 16 == 0, "[cuda] {}: blocks must be [N, K / 2] with K % 32 == 0, got {}",
+            op, blocks.shape.to_string());
+  const int64_t n = blocks.size(0), k = blocks.size(1) * 2;
+  check_quant_tensor(blocks, DType::kU8, n, k / 2, op, "blocks");
+  check_quant_tensor(scales, DType::kU8, n, k / kMxfp4Group, op, "scales");
+  cuda::QuantWeight q;
+  q.format = cuda::QuantFormat::kMxfp4;
+  q.data = blocks.data;
+  q.exponents = static_cast<const uint8_t*>(scales.data);
+  q.n = n;
+  q.k = k;
+  q.block_n = 1;
+  q.block_k = kMxfp4Group;
   quant_matmul(out, x, q, op);
 }
 
