@@ -12,19 +12,10 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "backend/op_kinds.h"
 
 namespace pagellm {
 
-enum class NormWeight {
-  kPlain,    // Qwen3/Llama: out = w * cast_to_out_dtype(x * rsqrt(mean(x^2) + eps))
-  kOnePlus,  // Qwen3.5/Gemma: out = cast_to_out_dtype(x * rsqrt(mean(x^2) + eps) * (1 + w)), f32 math
-};
-
-// The activation of a gated MLP (act(gate) * up).
-enum class Activation {
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' gelu_pytorch_tanh
-};
 
 // The dequant multipliers of an FP8 (f8_e4m3) KV cache, per layer (vLLM's convention): write_kv stores
 // e4m3(k / k_scale) (round to nearest even, saturating at +-448) and attention reads float(stored) *
@@ -187,7 +178,8 @@ class Backend {
   virtual void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
                     float attention_scaling) = 0;
   // out[T, I] = act(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout);
-  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers).
+  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers);
+  // kClampedSwiglu as its comment says.
   virtual void act_mul(TensorView out, const TensorView& gate_up, Activation act) = 0;
   void silu_mul(TensorView out, const TensorView& gate_up) { act_mul(out, gate_up, Activation::kSilu); }
   // In place on x[rows, N]: x[r, c] = x[r, c] + bias[c], rounded to x's dtype (a Linear's bias).

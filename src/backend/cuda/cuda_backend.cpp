@@ -656,7 +656,7 @@ void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView
   check_dtype(w, x.dtype, "rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
             "[cuda] rms_norm: w{} does not match rows of {}", w.shape.to_string(), in.row_size);
-  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::add(TensorView out, const TensorView& a, const TensorView& b) {
@@ -685,7 +685,7 @@ void CudaBackend::act_mul(TensorView out, const TensorView& gate_up, Activation 
   CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] act_mul gate_up{} out{}",
             gate_up.shape.to_string(), out.shape.to_string());
   check_dtype(out, gate_up.dtype, "act_mul", "out");
-  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act == Activation::kGeluTanh, stream()));
+  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act, stream()));
 }
 
 void CudaBackend::add_bias(TensorView x, const TensorView& bias) {
@@ -938,7 +938,7 @@ void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const Tenso
   check_dtype(w, hidden.dtype, "add_rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == h.row_size && w.is_contiguous(),
             "[cuda] add_rms_norm: w{} does not match rows of {}", w.shape.to_string(), h.row_size);
-  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -974,7 +974,7 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
     a.k_norm = k_norm.data;
   }
   a.eps = eps;
-  a.one_plus = mode == NormWeight::kOnePlus;
+  a.norm_form = cuda::norm_form(mode);
   a.half = inv_freq.numel();
   CHECK_MSG(2 * a.half <= a.head_dim, "[cuda] {}: inv_freq{} for head_dim {}", op, inv_freq.shape.to_string(), a.head_dim);
   check_index_vector(positions, DType::kI32, a.num_tokens, op, "positions");

@@ -1,5 +1,7 @@
 #include "model/layers/attention.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace pagellm::layers {
@@ -37,6 +39,12 @@ Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::strin
                                               shape.hidden, options.qkv_bias));
   PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias));
   PAGELLM_ASSIGN_OR_RETURN(w.kv_scales, load_kv_scales(loader, prefix));
+  if (options.sinks) {
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> sinks, loader.load_host_f32(prefix + "sinks", {shape.num_heads}));
+    Tensor host = Tensor::cpu({shape.num_heads}, DType::kF32);
+    std::copy(sinks.begin(), sinks.end(), host.ptr<float>());
+    w.sinks = loader.upload(std::move(host));
+  }
   if (options.qk_norm) {
     PAGELLM_ASSIGN_OR_RETURN(w.q_norm, load_rms_norm(loader, prefix + "q_norm.weight", hd, options.qk_norm_mode,
                                                      options.eps));
@@ -82,6 +90,7 @@ void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, con
                                  batch.slot_mapping_of(cache.group), w.kv_scales);
   AttentionParams params = attention_params(batch, w.options, cache.group);
   params.kv_scales = w.kv_scales;
+  if (w.sinks.defined()) params.sinks = w.sinks.view();
   backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, params);
   w.o.forward(backend_, out, attn);
 }
