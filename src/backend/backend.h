@@ -13,19 +13,10 @@
 #include "backend/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "backend/op_kinds.h"
 
 namespace pagellm {
 
-enum class NormWeight {
-  kPlain,    // Qwen3/Llama: out = w * cast_to_out_dtype(x * rsqrt(mean(x^2) + eps))
-  kOnePlus,  // Qwen3.5/Gemma: out = cast_to_out_dtype(x * rsqrt(mean(x^2) + eps) * (1 + w)), f32 math
-};
-
-// The activation of a gated MLP (act(gate) * up).
-enum class Activation {
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' gelu_pytorch_tanh
-};
 
 // The dequant multipliers of an FP8 (f8_e4m3) KV cache, per layer (vLLM's convention): write_kv stores
 // e4m3(k / k_scale) (round to nearest even, saturating at +-448) and attention reads float(stored) *
@@ -52,6 +43,11 @@ struct AttentionParams {
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
   KvScales kv_scales{};         // used when the caches are f8_e4m3
+  // Attention sinks (gpt-oss): [num_heads] f32 on the op's device, or empty (data == nullptr) = none.
+  // Head h's sink is one more logit in its softmax denominator, with no value:
+  //   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)),  m = max(max_j s_j, sinks[h]).
+  // (A row that sees no key then gives zeros, as without sinks.)
+  TensorView sinks;
 };
 
 // A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same
@@ -177,6 +173,14 @@ class Backend {
                            const TensorView& zeros, int64_t group_size) {
     CHECK_MSG(false, "[{}] matmul_int4 is not implemented on this backend", name());
   }
+  // MXFP4 weights (OCP microscaling, as gpt-oss releases its experts), kept 4-bit:
+  //   blocks [N, K / 2] u8: byte j of row n holds element 2j in its low nibble and 2j + 1 in its high
+  //   one, each an e2m1 code (core/dtype.h kE2m1Values); scales [N, K / 32] u8, e8m0 exponents;
+  //   W[n, k] = e2m1(code) * 2^(scales[n, k / 32] - 127) (exact in f32). K % 32 == 0.
+  // out[M, N] = x[M, K] . W^T with f32 accumulation, rounded once to out's dtype.
+  virtual void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+    CHECK_MSG(false, "[{}] matmul_mxfp4 is not implemented on this backend", name());
+  }
   // out[rows, D] = rms_norm(x[rows, D]) with weight w[D]; rows may be any leading shape.
   virtual void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                         NormWeight mode) = 0;
@@ -188,7 +192,8 @@ class Backend {
   virtual void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
                     float attention_scaling) = 0;
   // out[T, I] = act(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout);
-  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers).
+  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers);
+  // kClampedSwiglu as its comment says.
   virtual void act_mul(TensorView out, const TensorView& gate_up, Activation act) = 0;
   void silu_mul(TensorView out, const TensorView& gate_up) { act_mul(out, gate_up, Activation::kSilu); }
   // In place on x[rows, N]: x[r, c] = x[r, c] + bias[c], rounded to x's dtype (a Linear's bias).

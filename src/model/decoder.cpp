@@ -52,7 +52,7 @@ class DecoderModel final : public Model {
         mlp_(backend, config.dtype,
              layers::intermediate_shard(config.intermediate_size, backend.tensor_parallel_rank(),
                                         backend.tensor_parallel_size()).count) {
-    if (spec.moe) moe_ffn_.emplace(config, backend);
+    if (spec.moe) moe_ffn_.emplace(config, backend, spec.moe_style);
   }
 
   Status load(const Checkpoint& checkpoint);
@@ -115,6 +115,7 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
   attention.qkv_bias = spec_.qkv_bias;
   attention.o_bias = spec_.o_bias;
   attention.qk_norm = spec_.qk_norm;
+  attention.sinks = spec_.attention_sinks;
   attention.qk_norm_mode = mode;
   attention.eps = eps();
   PAGELLM_ASSIGN_OR_RETURN(layer.attention,
@@ -134,7 +135,11 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
                              layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h, mode, eps()));
   }
   if (is_moe_layer(i)) {
-    PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, loader.weight_dtype(), config_, p + "mlp."));
+    if (spec_.moe_style == MoeStyle::kGptOss) {
+      PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_gpt_oss_moe_weights(loader, backend_, config_, p + "mlp."));
+    } else {
+      PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, loader.weight_dtype(), config_, p + "mlp."));
+    }
     return Status::ok();
   }
   PAGELLM_ASSIGN_OR_RETURN(layer.mlp, layers::load_gated_mlp(loader, p + "mlp.", h, config_.intermediate_size,

@@ -23,6 +23,7 @@ const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = {
       {"Qwen3ForCausalLM", make_qwen3},
       {"Qwen3MoeForCausalLM", make_qwen3_moe},
+      {"GptOssForCausalLM", make_gpt_oss},
       {"LlamaForCausalLM", make_llama},
       {"MistralForCausalLM", make_mistral},
       {"Qwen2ForCausalLM", make_qwen2},

@@ -163,6 +163,7 @@ class CudaBackend final : public Backend {
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
+  void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) override;
   void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;  // fp8_group_quant.cu
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
@@ -633,6 +634,24 @@ void CudaBackend::matmul_int4(TensorView out, const TensorView& x, const TensorV
   quant_matmul(out, x, q, op);
 }
 
+void CudaBackend::matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+  const char* op = "matmul_mxfp4";
+  CHECK_MSG(blocks.ndim() == 2 && blocks.size(1) % 16 == 0, "[cuda] {}: blocks must be [N, K / 2] with K % 32 == 0, got {}",
+            op, blocks.shape.to_string());
+  const int64_t n = blocks.size(0), k = blocks.size(1) * 2;
+  check_quant_tensor(blocks, DType::kU8, n, k / 2, op, "blocks");
+  check_quant_tensor(scales, DType::kU8, n, k / kMxfp4Group, op, "scales");
+  cuda::QuantWeight q;
+  q.format = cuda::QuantFormat::kMxfp4;
+  q.data = blocks.data;
+  q.exponents = static_cast<const uint8_t*>(scales.data);
+  q.n = n;
+  q.k = k;
+  q.block_n = 1;
+  q.block_k = kMxfp4Group;
+  quant_matmul(out, x, q, op);
+}
+
 void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) {
   const cuda::Rows in = rows_of(x, "rms_norm", "x"), dst = rows_of(out, "rms_norm", "out");
   check_same_rows(in, dst, "rms_norm");
@@ -640,7 +659,7 @@ void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView
   check_dtype(w, x.dtype, "rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
             "[cuda] rms_norm: w{} does not match rows of {}", w.shape.to_string(), in.row_size);
-  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::add(TensorView out, const TensorView& a, const TensorView& b) {
@@ -669,7 +688,7 @@ void CudaBackend::act_mul(TensorView out, const TensorView& gate_up, Activation 
   CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] act_mul gate_up{} out{}",
             gate_up.shape.to_string(), out.shape.to_string());
   check_dtype(out, gate_up.dtype, "act_mul", "out");
-  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act == Activation::kGeluTanh, stream()));
+  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act, stream()));
 }
 
 void CudaBackend::add_bias(TensorView x, const TensorView& bias) {
@@ -769,6 +788,12 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   a.softcap = params.softcap;
   a.causal = params.causal;
   a.window = params.sliding_window > 0 ? params.sliding_window : 0;
+  if (params.sinks.data != nullptr) {
+    CHECK_MSG(params.sinks.dtype == DType::kF32 && params.sinks.numel() == q.size(1) &&
+                  params.sinks.device == Device::kCuda,
+              "[attention] sinks must be [{}] f32 on the GPU", q.size(1));
+    a.sinks = params.sinks.ptr<float>();
+  }
   if (a.num_seqs == 0 || a.num_tokens == 0) return;
 
   // The plan (split counts, which kernels) depends on shapes and hints only. The longest context
@@ -916,7 +941,7 @@ void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const Tenso
   check_dtype(w, hidden.dtype, "add_rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == h.row_size && w.is_contiguous(),
             "[cuda] add_rms_norm: w{} does not match rows of {}", w.shape.to_string(), h.row_size);
-  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -952,7 +977,7 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
     a.k_norm = k_norm.data;
   }
   a.eps = eps;
-  a.one_plus = mode == NormWeight::kOnePlus;
+  a.norm_form = cuda::norm_form(mode);
   a.half = inv_freq.numel();
   CHECK_MSG(2 * a.half <= a.head_dim, "[cuda] {}: inv_freq{} for head_dim {}", op, inv_freq.shape.to_string(), a.head_dim);
   check_index_vector(positions, DType::kI32, a.num_tokens, op, "positions");

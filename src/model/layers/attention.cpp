@@ -60,6 +60,13 @@ Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::strin
   PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias,
                                             shard_columns(loader, q_mine)));
   PAGELLM_ASSIGN_OR_RETURN(w.kv_scales, load_kv_scales(loader, prefix));
+  if (options.sinks) {
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> sinks, loader.load_host_f32(prefix + "sinks", {shape.num_heads}));
+    // One logit per query head: a tensor-parallel rank keeps its heads'.
+    Tensor host = Tensor::cpu({shard.local.num_heads}, DType::kF32);
+    std::copy_n(sinks.begin() + shard.q_head_begin, shard.local.num_heads, host.ptr<float>());
+    w.sinks = loader.upload(std::move(host));
+  }
   if (options.qk_norm) {
     PAGELLM_ASSIGN_OR_RETURN(w.q_norm, load_rms_norm(loader, prefix + "q_norm.weight", hd, options.qk_norm_mode,
                                                      options.eps));
@@ -105,6 +112,7 @@ void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, con
                                  batch.slot_mapping_of(cache.group), w.kv_scales);
   AttentionParams params = attention_params(batch, w.options, cache.group);
   params.kv_scales = w.kv_scales;
+  if (w.sinks.defined()) params.sinks = w.sinks.view();
   backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, params);
   w.o.forward(backend_, out, attn);
 }

@@ -43,12 +43,14 @@ struct AttentionWeights {
   const Rotary* rotary = nullptr;  // owned by the model (shared by the layers of one type)
   AttentionOptions options;
   KvScales kv_scales;  // the FP8 KV cache's k/v scales of this layer (read only when the cache is fp8)
+  Tensor sinks;        // [nH] f32 attention sinks (gpt-oss), or undefined
 };
 
 // How a family names and shapes its attention tensors under `prefix` ("model.layers.3.self_attn.").
 struct AttentionLoadOptions {
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;
+  bool sinks = false;  // `prefix`sinks [nH]: one softmax logit per head (gpt-oss), kept in f32
   NormWeight qk_norm_mode = NormWeight::kPlain;
   float eps = 1e-6f;
 };

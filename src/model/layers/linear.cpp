@@ -11,6 +11,7 @@ void Linear::forward(Backend& backend, TensorView out, const TensorView& x) cons
     case WeightFormat::kDense: backend.matmul(out, x, weight); break;
     case WeightFormat::kFp8Block: backend.matmul_fp8_block(out, x, weight, scales, block_n, block_k); break;
     case WeightFormat::kInt4: backend.matmul_int4(out, x, weight, scales, zeros, block_k); break;
+    case WeightFormat::kMxfp4: backend.matmul_mxfp4(out, x, weight, scales); break;
   }
   if (bias.defined()) backend.add_bias(out, bias);
 }
@@ -214,6 +215,7 @@ Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>
       PAGELLM_ASSIGN_OR_RETURN(linear, load_int4(loader, parts, in_features));
       break;
     }
+    case WeightFormat::kMxfp4: CHECK_MSG(false, "stored_format never answers kMxfp4");
   }
   // A row-parallel shard's output is a partial sum: the bias is added by one rank only.
   if (with_bias && (columns.all() || loader.tp_rank() == 0)) {

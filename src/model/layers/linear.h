@@ -13,13 +13,15 @@
 
 namespace pagellm::layers {
 
-enum class WeightFormat { kDense, kFp8Block, kInt4 };
+enum class WeightFormat { kDense, kFp8Block, kInt4, kMxfp4 };
 
 struct Linear {
   WeightFormat format = WeightFormat::kDense;
-  // kDense: [N, K] in the backend's weight dtype; kFp8Block: [N, K] f8_e4m3; kInt4: qweight [N, K / 8] i32.
+  // kDense: [N, K] in the backend's weight dtype; kFp8Block: [N, K] f8_e4m3; kInt4: qweight [N, K / 8] i32;
+  // kMxfp4: blocks [N, K / 2] u8 (backend.h matmul_mxfp4; gpt-oss's experts, loaded by model/gpt_oss_moe).
   Tensor weight;
-  Tensor scales;  // kFp8Block: [ceil(N / block_n), ceil(K / block_k)] f32; kInt4: [N, K / block_k] f32
+  Tensor scales;  // kFp8Block: [ceil(N / block_n), ceil(K / block_k)] f32; kInt4: [N, K / block_k] f32;
+                  // kMxfp4: [N, K / 32] u8 e8m0
   Tensor zeros;   // kInt4: [N, K / block_k] u8
   int64_t block_n = 0, block_k = 0;  // FP8 scale blocks; INT4: block_k is the group size
   Tensor bias;    // [out_features], or undefined when the projection has none
