@@ -54,6 +54,10 @@ int64_t block_bytes_of(const MemorySpec& spec, int block_size) {
 Expected<std::unique_ptr<Model>> load_draft_model(const SpeculativeConfig& speculative, Backend& backend,
                                                   const Model& target, const Tokenizer* target_tokenizer) {
   const std::string& dir = speculative.draft_model_dir;
+  // The draft would load as a shard of the target's tensor-parallel group without the other ranks.
+  if (backend.tensor_parallel_size() > 1)
+    return unimplemented("[engine] a draft model with --tensor-parallel-size {} is not supported yet (n-gram "
+                         "speculation is)", backend.tensor_parallel_size());
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, load_model(dir, backend, target.activation_dtype()));
   std::shared_ptr<const Tokenizer> draft_tokenizer;
   if (target_tokenizer && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
