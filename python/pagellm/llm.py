@@ -80,11 +80,13 @@ class LLM:
     ) -> None:
         if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be an integer >= 1, got {tensor_parallel_size!r}")
-        if tensor_parallel_size > 1:
-            raise NotImplementedError(
-                f"tensor_parallel_size={tensor_parallel_size}: pagellm runs a model on one device; tensor parallelism "
-                "is not implemented yet (use tensor_parallel_size=1)")
         known = set(_pagellm.engine_arg_names())
+        if "tensor_parallel_size" in known:  # an engine that splits models takes it as its own flag
+            engine_args["tensor_parallel_size"] = tensor_parallel_size
+        elif tensor_parallel_size > 1:
+            raise NotImplementedError(
+                f"tensor_parallel_size={tensor_parallel_size}: this pagellm engine runs a model on one device; tensor "
+                "parallelism is not implemented in it (use tensor_parallel_size=1)")
         for name in engine_args:
             if name not in known:
                 raise TypeError(f"LLM() got an unexpected keyword argument '{name}' (engine keywords: {', '.join(sorted(known))})")

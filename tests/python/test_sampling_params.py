@@ -1,10 +1,12 @@
 """Bad parameters are refused with clear errors before anything runs: ValueError for values,
 TypeError for unknown keywords (as Python and vLLM do)."""
 
+import json
+
 import pytest
 
-from conftest import golden_fixture
-from pagellm import LLM, SamplingParams
+from conftest import golden_fixture, run_cli
+from pagellm import LLM, SamplingParams, _pagellm
 
 
 def test_vllm_defaults():
@@ -51,8 +53,6 @@ def test_unknown_keyword_is_a_type_error():
 def test_llm_keyword_errors():
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_num_sequences'"):
         LLM(model="unused", max_num_sequences=4)
-    with pytest.raises(NotImplementedError, match="tensor_parallel_size=2"):
-        LLM(model="unused", tensor_parallel_size=2)
     with pytest.raises(ValueError, match="tensor_parallel_size must be an integer >= 1"):
         LLM(model="unused", tensor_parallel_size=0)
     with pytest.raises(FileNotFoundError, match="no-such-model-folder"):
@@ -90,3 +90,18 @@ def test_requests_the_engine_refuses_are_value_errors(tiny_llm):
     assert tiny_llm._engine.is_idle_and_leak_free()
     # and the engine still answers
     assert len(tiny_llm.generate({"prompt_token_ids": [1, 2]}, SamplingParams(max_tokens=3))[0].outputs[0].token_ids) == 3
+
+
+def test_tensor_parallel_size(cli):
+    """tensor_parallel_size goes to the engine when it splits models (the same tokens as the CLI's),
+    and is refused by name when it does not."""
+    fixture = str(golden_fixture("qwen3/tied_gqa2_hd32_f32"))
+    if "tensor_parallel_size" not in _pagellm.engine_arg_names():
+        with pytest.raises(NotImplementedError, match="tensor_parallel_size=2"):
+            LLM(model=fixture, tensor_parallel_size=2)
+        return
+    llm = LLM(model=fixture, device="cpu", tensor_parallel_size=2, kv_cache_memory_bytes=16 << 20)
+    got = llm.generate({"prompt_token_ids": [438, 5]}, SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].token_ids
+    out = run_cli(cli, "generate", "--model", fixture, "--device", "cpu", "--tensor-parallel-size", "2", "--prompt-ids",
+                  "438,5", "--max-tokens", "8", "--output", "json", "--kv-cache-memory", str(16 << 20))
+    assert got == json.loads(out)["outputs"][0]["token_ids"]
