@@ -86,10 +86,10 @@ TEST(QuantConfig, ModelConfigCarriesIt) {
   auto awq = parse_model_config(config);
   ASSERT_TRUE(awq.has_value()) << awq.status().message();
   EXPECT_EQ(awq->quantization.method, QuantMethod::kAwq);
-  config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}};
   auto refused = parse_model_config(config);
   ASSERT_FALSE(refused.has_value());
-  EXPECT_NE(refused.status().message().find("'mxfp4' is not supported"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("'bitsandbytes' is not supported"), std::string::npos);
 }
 
 }  // namespace
