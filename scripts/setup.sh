@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build ccache pkg-config git nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev googletest
-  libgtest-dev libbenchmark-dev python3 python3-jinja2 nodejs npm curl)
+  libgtest-dev libbenchmark-dev python3 python3-jinja2 python3-dev pybind11-dev python3-pytest nodejs npm curl
+  chromium)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -53,4 +54,13 @@ if [ ! -f tests/e2e/js/node_modules/openai/package.json ] ||
    ! grep -q '"version": "4.104.0"' tests/e2e/js/node_modules/openai/package.json; then
   echo "setup: installing openai@4.104.0 into tests/e2e/js/node_modules/"
   (cd tests/e2e/js && npm install --no-save --no-package-lock --no-audit --no-fund --silent >/dev/null)
+fi
+
+# puppeteer-core, pinned in tests/e2e/browser/package.json: drives Debian's chromium through the
+# chat page of `pagellm serve` (tests/e2e/test_chat_page.cpp). It downloads no browser. Installed
+# into tests/e2e/browser/node_modules/ (git-ignored).
+if [ ! -f tests/e2e/browser/node_modules/puppeteer-core/package.json ] ||
+   ! grep -q '"version": "24.43.1"' tests/e2e/browser/node_modules/puppeteer-core/package.json; then
+  echo "setup: installing puppeteer-core@24.43.1 into tests/e2e/browser/node_modules/"
+  (cd tests/e2e/browser && npm install --no-save --no-package-lock --no-audit --no-fund --silent >/dev/null)
 fi

@@ -10,21 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "backend/op_kinds.h"
 
 namespace pagellm {
 
-enum class NormWeight {
-  kPlain,    // Qwen3/Llama: out = w * cast_to_out_dtype(x * rsqrt(mean(x^2) + eps))
-  kOnePlus,  // Qwen3.5/Gemma: out = cast_to_out_dtype(x * rsqrt(mean(x^2) + eps) * (1 + w)), f32 math
-};
-
-// The activation of a gated MLP (act(gate) * up).
-enum class Activation {
-  kSilu,      // x * sigmoid(x)
-  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): transformers' gelu_pytorch_tanh
-};
 
 // The dequant multipliers of an FP8 (f8_e4m3) KV cache, per layer (vLLM's convention): write_kv stores
 // e4m3(k / k_scale) (round to nearest even, saturating at +-448) and attention reads float(stored) *
@@ -51,6 +43,11 @@ struct AttentionParams {
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
   KvScales kv_scales{};         // used when the caches are f8_e4m3
+  // Attention sinks (gpt-oss): [num_heads] f32 on the op's device, or empty (data == nullptr) = none.
+  // Head h's sink is one more logit in its softmax denominator, with no value:
+  //   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)),  m = max(max_j s_j, sinks[h]).
+  // (A row that sees no key then gives zeros, as without sinks.)
+  TensorView sinks;
 };
 
 // A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same
@@ -64,6 +61,10 @@ class OpGraph {
 // Which form of the gated delta rule runs (both give the same result up to f32 rounding).
 // kAuto: recurrent for one-token sequences (decode), chunked (C = 64) for longer ones (prefill).
 enum class GdnAlgo { kAuto, kRecurrent, kChunked };
+// The chunk of the chunked form, in tokens, on every backend (chunks start at a sequence's first row).
+inline constexpr int kGdnChunkTokens = 64;
+// Under kAuto, a sequence of at least this many tokens takes the chunked form on every backend.
+inline constexpr int kGdnMinChunkedTokens = 16;
 
 // The varlen batch of the Gated DeltaNet ops (spec/models.md B.6-B.10). Sequence s owns token rows
 // [cu_seqlens_q[s], cu_seqlens_q[s+1]) and reads and then writes its state in slot state_slots[s] of
@@ -73,6 +74,10 @@ struct GdnParams {
   TensorView state_slots;   // [num_seqs], i32
   int32_t max_seqlen_q = 0;  // host-side planning hint (0 = unknown)
   GdnAlgo algo = GdnAlgo::kAuto;
+  // Prefix-cache checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
+  // sequence's state after token row t, or -1. gdn_delta_rule honours them only where a chunk of its
+  // chunked form ends (every 64 tokens of a sequence, and its last token).
+  TensorView checkpoint_slots;
 };
 
 // The CPU twin of Backend::sample on host views (sampling_math.cpp): rows with temperature > 0 get
@@ -105,6 +110,11 @@ class Backend {
   virtual void copy(TensorView dst, const TensorView& src) = 0;
   // Waits for all queued work (no-op on CPU).
   virtual void synchronize() = 0;
+  // Makes this backend's device the calling thread's current one (CUDA: cudaSetDevice); a thread that
+  // runs a tensor-parallel rank calls it first.
+  virtual void make_current() {}
+  // Which device of its kind this backend runs on (CUDA: the GPU's index; 0 on the CPU).
+  virtual int device_index() const { return 0; }
   // Host memory the device copies from and into without staging (page-locked on CUDA, so a
   // host-to-device copy() from it returns before the copy is done: keep it unchanged until the next
   // synchronize()). Plain host memory on the CPU.
@@ -163,6 +173,14 @@ class Backend {
                            const TensorView& zeros, int64_t group_size) {
     CHECK_MSG(false, "[{}] matmul_int4 is not implemented on this backend", name());
   }
+  // MXFP4 weights (OCP microscaling, as gpt-oss releases its experts), kept 4-bit:
+  //   blocks [N, K / 2] u8: byte j of row n holds element 2j in its low nibble and 2j + 1 in its high
+  //   one, each an e2m1 code (core/dtype.h kE2m1Values); scales [N, K / 32] u8, e8m0 exponents;
+  //   W[n, k] = e2m1(code) * 2^(scales[n, k / 32] - 127) (exact in f32). K % 32 == 0.
+  // out[M, N] = x[M, K] . W^T with f32 accumulation, rounded once to out's dtype.
+  virtual void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+    CHECK_MSG(false, "[{}] matmul_mxfp4 is not implemented on this backend", name());
+  }
   // out[rows, D] = rms_norm(x[rows, D]) with weight w[D]; rows may be any leading shape.
   virtual void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps,
                         NormWeight mode) = 0;
@@ -174,7 +192,8 @@ class Backend {
   virtual void rope(TensorView x, const TensorView& positions, const TensorView& inv_freq,
                     float attention_scaling) = 0;
   // out[T, I] = act(gate_up[T, :I]) * gate_up[T, I:]  (gate rows first, then up: the fused layout);
-  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers).
+  // act(gate) is computed in f32 and rounded to out's dtype before the multiply (as transformers);
+  // kClampedSwiglu as its comment says.
   virtual void act_mul(TensorView out, const TensorView& gate_up, Activation act) = 0;
   void silu_mul(TensorView out, const TensorView& gate_up) { act_mul(out, gate_up, Activation::kSilu); }
   // In place on x[rows, N]: x[r, c] = x[r, c] + bias[c], rounded to x's dtype (a Linear's bias).
@@ -310,6 +329,17 @@ class Backend {
   // logit_bias: for k < K, logits[row_k][token_k] += bias_k, rounded to the logits' dtype, in order
   // (a repeated (row, token) adds twice). entries [K, 3] i32: row, token, bias as f32 bits.
   virtual void add_logit_bias(TensorView logits, const TensorView& entries) { add_logit_bias_on_host(logits, entries); }
+
+  // ---- Tensor parallelism: the group this device's rank computes in (nullptr: the device alone).
+  // Set once, before the model shard loads (model/tensor_parallel_model.h); the layers read it to
+  // load their shard and to reduce their partial outputs.
+  Communicator* communicator() const { return communicator_.get(); }
+  void set_communicator(std::unique_ptr<Communicator> communicator) { communicator_ = std::move(communicator); }
+  int tensor_parallel_rank() const { return communicator_ ? communicator_->rank() : 0; }
+  int tensor_parallel_size() const { return communicator_ ? communicator_->size() : 1; }
+
+ private:
+  std::unique_ptr<Communicator> communicator_;
 };
 
 // Names of the backends this build has ("cpu", and "cuda" when built with CUDA).
@@ -317,5 +347,9 @@ std::vector<std::string> available_backends();
 // "cpu", "cuda", or "auto" (cuda when built in and a GPU is there, else cpu); a clear error when the
 // device is unknown or not built in.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
+// Tensor parallelism: the backends of ranks 1..size-1 beside `rank0` (the same kind: CPU ranks are
+// threads; CUDA ranks on GPUs 1..size-1 over NCCL, or all on rank 0's GPU when share_device, the
+// multi-rank path on one card), each rank's communicator set on its backend (rank 0's too).
+Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size, bool share_device);
 
 }  // namespace pagellm

@@ -3,9 +3,11 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/thread_communicator.h"
 
 #ifdef PAGELLM_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_communicators.h"
 #endif
 
 namespace pagellm {
@@ -35,6 +37,41 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& device) {
 #endif
   return invalid_argument("[backend] unknown device '{}': expected one of {}", device,
                           fmt::join(available_backends(), ", "));
+}
+
+Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size,
+                                                                          bool share_device) {
+  std::vector<std::unique_ptr<Backend>> others;
+  std::vector<Backend*> ranks{&rank0};
+  const bool cuda = rank0.device() == Device::kCuda;
+#ifdef PAGELLM_CUDA
+  if (cuda && !share_device && cuda_device_count() < size)
+    return invalid_argument("[backend] --tensor-parallel-size {} needs {} GPUs; this process sees {}", size, size,
+                            cuda_device_count());
+#endif
+  for (int rank = 1; rank < size; ++rank) {
+    Expected<std::unique_ptr<Backend>> made = make_backend("cpu");
+#ifdef PAGELLM_CUDA
+    if (cuda) made = make_cuda_backend(share_device ? 0 : rank);
+#endif
+    if (!made.has_value()) return made.status();
+    ranks.push_back(made.value().get());
+    others.push_back(std::move(made).value());
+  }
+  std::vector<std::unique_ptr<Communicator>> communicators;
+  if (!cuda) {
+    communicators = make_thread_communicators(size);
+  } else {
+#ifdef PAGELLM_CUDA
+    if (share_device) {
+      communicators = make_same_device_communicators(ranks);
+    } else {
+      PAGELLM_ASSIGN_OR_RETURN(communicators, make_nccl_communicators(ranks));
+    }
+#endif
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r]->set_communicator(std::move(communicators[r]));
+  return others;
 }
 
 }  // namespace pagellm

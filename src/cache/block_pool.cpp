@@ -108,8 +108,10 @@ void BlockPool::unlink(BlockId block_id) {
 }
 
 void BlockPool::drop_hash(BlockId block_id) {
-  block_by_hash_.erase(*hashes_[block_id]);
+  const BlockHash hash = *hashes_[block_id];
+  block_by_hash_.erase(hash);
   hashes_[block_id].reset();
+  if (on_hash_dropped_) on_hash_dropped_(hash);
 }
 
 }  // namespace pagellm

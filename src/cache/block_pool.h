@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -66,6 +67,10 @@ class BlockPool {
   // True when no block is referenced: the leak check for tests and shutdown.
   bool all_refs_zero() const;
 
+  // Called with each hash that leaves the index (eviction, evict_all_free_cached): what is keyed by
+  // the same chain value elsewhere (a GDN state checkpoint) goes with it.
+  void set_hash_drop_listener(std::function<void(BlockHash)> listener) { on_hash_dropped_ = std::move(listener); }
+
  private:
   void link_front(BlockId block_id);
   void link_back(BlockId block_id);
@@ -79,6 +84,7 @@ class BlockPool {
   std::vector<BlockId> next_, prev_;                // [num_blocks + 1]
   int num_free_blocks_ = 0;
   int64_t num_evictions_ = 0;
+  std::function<void(BlockHash)> on_hash_dropped_;
 };
 
 }  // namespace pagellm

@@ -11,8 +11,14 @@ namespace pagellm {
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       windows_(config.group_windows.empty() ? std::vector<int32_t>{kFullAttention} : config.group_windows),
-      pool_(config.num_blocks) {
+      pool_(config.num_blocks),
+      checkpoints_(config.num_state_checkpoints) {
   CHECK_MSG(config.block_size > 0, "block_size={}", config.block_size);
+  if (config.num_state_checkpoints > 0) {
+    CHECK_MSG(config.checkpoint_interval_tokens > 0 && config.checkpoint_interval_tokens % config.block_size == 0,
+              "checkpoint interval {} tokens, block_size {}", config.checkpoint_interval_tokens, config.block_size);
+    pool_.set_hash_drop_listener([this](BlockHash hash) { checkpoints_.drop(hash); });
+  }
   for (int32_t window : windows_) CHECK_MSG(window == kFullAttention || window > 0, "group window {}", window);
 }
 
@@ -72,8 +78,19 @@ CachedPrefix KvCacheManager::lookup_prefix(std::span<const TokenId> token_ids) c
     }
     return true;
   };
+  // Hybrid models: the hit also needs the GDN state at its end.
+  auto checkpoint_at = [&](int k) -> int32_t {
+    if (!has_state_checkpoints()) return 0;
+    const int64_t end = static_cast<int64_t>(k) * config_.block_size;
+    if (end % config_.checkpoint_interval_tokens != 0 ||
+        end + config_.min_recompute_tokens > static_cast<int64_t>(token_ids.size()))
+      return -1;
+    return checkpoints_.find(hashes[static_cast<size_t>(k - 1)]).value_or(-1);
+  };
   int num_hit_blocks = static_cast<int>(hashes.size());
-  while (num_hit_blocks > 0 && !every_group_covers(num_hit_blocks)) --num_hit_blocks;
+  while (num_hit_blocks > 0 && (!every_group_covers(num_hit_blocks) || checkpoint_at(num_hit_blocks) < 0))
+    --num_hit_blocks;
+  if (has_state_checkpoints() && num_hit_blocks > 0) prefix.state_checkpoint = checkpoint_at(num_hit_blocks);
   prefix.block_hashes.assign(hashes.begin(), hashes.begin() + num_hit_blocks);
   prefix.block_ids.resize(static_cast<size_t>(num_groups));
   for (int g = 0; g < num_groups; ++g) {
@@ -150,6 +167,7 @@ bool KvCacheManager::allocate(RequestId request_id, int num_tokens_computed, int
       blocks.tables[static_cast<size_t>(g)] = ids;
     }
     blocks.block_hashes = prefix->block_hashes;
+    if (prefix->state_checkpoint >= 0) checkpoints_.touch(prefix->state_checkpoint);
   }
   for (std::vector<BlockId>& table : blocks.tables)
     while (static_cast<int>(table.size()) < num_blocks_wanted) table.push_back(pool_.allocate());
@@ -162,13 +180,13 @@ bool KvCacheManager::allocate(RequestId request_id, int num_tokens_computed, int
 
 void KvCacheManager::cache_computed_blocks(RequestId request_id,
                                            std::span<const TokenId> token_ids,
-                                           int num_tokens_computed) {
+                                           int num_tokens_computed, int num_cacheable_tokens) {
   const auto it = tables_.find(request_id);
   CHECK_MSG(it != tables_.end(), "cache_computed_blocks: unknown request {}", request_id);
   CHECK(num_tokens_computed >= 0 && static_cast<size_t>(num_tokens_computed) <= token_ids.size());
   RequestBlocks& blocks = it->second;
   if (config_.enable_prefix_caching) {
-    const int num_full_blocks = num_tokens_computed / config_.block_size;
+    const int num_full_blocks = std::min(num_tokens_computed, num_cacheable_tokens) / config_.block_size;
     CHECK(num_full_blocks <= static_cast<int>(blocks.tables[0].size()));
     const int num_already_offered = static_cast<int>(blocks.block_hashes.size());
     extend_block_hashes(token_ids, config_.block_size, num_full_blocks, blocks.block_hashes);
@@ -185,6 +203,7 @@ void KvCacheManager::cache_computed_blocks(RequestId request_id,
 }
 
 void KvCacheManager::free(RequestId request_id) {
+  checkpoints_.cancel(request_id);
   const auto it = tables_.find(request_id);
   if (it == tables_.end()) return;
   // Last position first (across groups), so a chain's tail is evicted before its head.
@@ -238,7 +257,34 @@ double KvCacheManager::prefix_hit_rate() const {
 }
 
 bool KvCacheManager::is_leak_free() const {
-  return tables_.empty() && pool_.num_used_blocks() == 0 && pool_.all_refs_zero();
+  return tables_.empty() && pool_.num_used_blocks() == 0 && pool_.all_refs_zero() && checkpoints_.is_leak_free();
+}
+
+std::vector<PlannedCheckpoint> KvCacheManager::reserve_checkpoints(RequestId request_id, int start_pos, int end_pos,
+                                                                   int num_cacheable_tokens) {
+  std::vector<PlannedCheckpoint> planned;
+  if (!has_state_checkpoints() || !config_.enable_prefix_caching) return planned;
+  const int interval = config_.checkpoint_interval_tokens;
+  const int last = std::min(end_pos, num_cacheable_tokens);
+  for (int c = (start_pos / interval + 1) * interval; c <= last; c += interval) {
+    const std::optional<int32_t> id = checkpoints_.reserve(request_id);
+    if (!id) break;
+    planned.push_back({c, *id});
+  }
+  return planned;
+}
+
+void KvCacheManager::publish_checkpoints(RequestId request_id, std::span<const PlannedCheckpoint> checkpoints) {
+  if (checkpoints.empty()) return;
+  const auto it = tables_.find(request_id);
+  CHECK_MSG(it != tables_.end(), "publish_checkpoints: unknown request {}", request_id);
+  const std::vector<BlockHash>& hashes = it->second.block_hashes;
+  for (const PlannedCheckpoint& planned : checkpoints) {
+    const size_t block = static_cast<size_t>(planned.num_tokens / config_.block_size) - 1;
+    CHECK_MSG(block < hashes.size(), "request {}: checkpoint at {} tokens before its block is offered", request_id,
+              planned.num_tokens);
+    checkpoints_.publish(planned.checkpoint, hashes[block]);
+  }
 }
 
 }  // namespace pagellm

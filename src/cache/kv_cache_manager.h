@@ -36,14 +36,23 @@
 // Each group keys its blocks by the hash chain salted with the group index (group 0 unsalted). A hit
 // of N tokens needs every full group's blocks of [0, N) and every sliding group's blocks of
 // [N - W + 1, N) still cached; the lookup shortens the hit until all groups have theirs.
+//
+// Hybrid models (num_state_checkpoints > 0): the GDN layers need their state at the hit point too,
+// so a hit of N tokens also needs a GDN state checkpoint (checkpoint_pool.h) under the hash of the
+// block ending at N, N a multiple of checkpoint_interval_tokens, and leaves at least
+// min_recompute_tokens to compute; the lookup shortens the hit to the newest such checkpoint.
+// Checkpoints are reserved when a step is planned (reserve_checkpoints), published when it commits
+// (publish_checkpoints) and cancelled by free(); a KV block's eviction drops its checkpoint.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "cache/block_pool.h"
+#include "cache/checkpoint_pool.h"
 #include "cache/ids.h"
 #include "cache/kv_cache_groups.h"
 
@@ -56,6 +65,11 @@ struct KvCacheConfig {
   // [G]: kFullAttention (-1) or the sliding window in tokens of each group (KvCacheGroups::windows).
   // Empty = one full-attention group.
   std::vector<int32_t> group_windows{};
+  // Hybrid models: GDN state checkpoints in the prefix cache (0 = none; a hybrid model with
+  // prefix caching needs them). The interval is a multiple of block_size.
+  int num_state_checkpoints = 0;
+  int checkpoint_interval_tokens = 0;
+  int min_recompute_tokens = 1;  // a hit leaves at least this many tokens to compute
 };
 
 // The longest run of leading full blocks of a token sequence whose content is already cached.
@@ -66,6 +80,7 @@ struct CachedPrefix {
   std::vector<BlockHash> block_hashes;  // [num_hit_blocks], the hash chain of the tokens
   int num_cached_tokens = 0;            // num_hit_blocks * block_size
   int num_query_tokens = 0;             // length of the looked-up sequence (hit-rate denominator)
+  int32_t state_checkpoint = -1;        // hybrid models: the checkpoint at num_cached_tokens
 };
 
 class KvCacheManager {
@@ -99,8 +114,21 @@ class KvCacheManager {
   // enter the prefix index; then its sliding groups release the blocks that queries from
   // num_tokens_computed on cannot see. token_ids = the request's tokens (prompt + outputs), at least
   // that many. Call it only when no step planned for the request starts before num_tokens_computed.
+  // num_cacheable_tokens caps what enters the index (hybrid models: the prompt, whose GDN state
+  // was computed in prefill form, never decode tokens).
   void cache_computed_blocks(RequestId request_id, std::span<const TokenId> token_ids,
-                             int num_tokens_computed);
+                             int num_tokens_computed, int num_cacheable_tokens = INT32_MAX);
+
+  // Hybrid models: checkpoints for a step that computes positions [start_pos, end_pos) of a request
+  // (start_pos on a GDN chunk boundary), one per interval multiple in (start_pos, min(end_pos,
+  // num_cacheable_tokens)], while the pool has one to give. Empty without checkpoints.
+  std::vector<PlannedCheckpoint> reserve_checkpoints(RequestId request_id, int start_pos, int end_pos,
+                                                     int num_cacheable_tokens);
+  // The step wrote them: each enters the index under the hash of the block ending at its position
+  // (cache_computed_blocks for that position must have run).
+  void publish_checkpoints(RequestId request_id, std::span<const PlannedCheckpoint> checkpoints);
+  bool has_state_checkpoints() const { return checkpoints_.num_checkpoints() > 0; }
+  const CheckpointPool& checkpoints() const { return checkpoints_; }
 
   // Speculative decoding: the request keeps KV for positions [0, num_tokens) only (rejected drafts
   // past it are dropped); table entries past ceil(num_tokens / block_size) go back to the pool.
@@ -128,7 +156,7 @@ class KvCacheManager {
   // Forgets cached content of free blocks (benchmark passes that must start cold).
   void reset_prefix_cache() { pool_.evict_all_free_cached(); }
 
-  // Leak check: no request holds blocks, every ref count is zero.
+  // Leak check: no request holds blocks, every ref count is zero, no checkpoint pending.
   bool is_leak_free() const;
 
   const BlockPool& pool() const { return pool_; }
@@ -151,6 +179,7 @@ class KvCacheManager {
   KvCacheConfig config_;
   std::vector<int32_t> windows_;  // [G]
   BlockPool pool_;
+  CheckpointPool checkpoints_;
   std::unordered_map<RequestId, RequestBlocks> tables_;
   int64_t num_prefix_query_tokens_ = 0;
   int64_t num_prefix_hit_tokens_ = 0;

@@ -4,15 +4,16 @@
 
 namespace pagellm {
 
-int64_t state_cache_bytes(const MemorySpec& spec, int num_slots) {
-  return (static_cast<int64_t>(num_slots) + 1) * spec.state_bytes_per_slot();
+int64_t state_cache_bytes(const MemorySpec& spec, int num_slots, int num_checkpoints) {
+  return (static_cast<int64_t>(num_slots) + 1 + num_checkpoints) * spec.state_bytes_per_slot();
 }
 
-StateCache::StateCache(const MemorySpec& spec, Backend& backend, int num_slots)
-    : spec_(spec), backend_(backend), num_slots_(num_slots) {
-  CHECK_MSG(spec.is_hybrid() && num_slots >= 1 && spec.gdn_conv_kernel >= 2, "state cache of {} slots, {} GDN layers",
-            num_slots, spec.num_gdn_layers);
-  const int64_t rows = num_slots + 1, history = spec.gdn_conv_kernel - 1;
+StateCache::StateCache(const MemorySpec& spec, Backend& backend, int num_slots, int num_checkpoints)
+    : spec_(spec), backend_(backend), num_slots_(num_slots), num_checkpoints_(num_checkpoints) {
+  CHECK_MSG(spec.is_hybrid() && num_slots >= 1 && num_checkpoints >= 0 && spec.gdn_conv_kernel >= 2,
+            "state cache of {} slots and {} checkpoints, {} GDN layers", num_slots, num_checkpoints,
+            spec.num_gdn_layers);
+  const int64_t rows = num_slots + 1 + num_checkpoints, history = spec.gdn_conv_kernel - 1;
   for (int64_t l = 0; l < spec.num_gdn_layers; ++l) {
     Tensor conv = backend.alloc({rows, spec.gdn_conv_dim, history}, spec.state_dtype);
     Tensor recurrent = backend.alloc(
@@ -27,14 +28,23 @@ StateCache::StateCache(const MemorySpec& spec, Backend& backend, int num_slots)
   for (int32_t slot = num_slots - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
 
-int32_t StateCache::acquire(RequestId id) {
+int32_t StateCache::acquire(RequestId id, int32_t restore_checkpoint) {
   CHECK_MSG(!slot_of_request_.contains(id), "request {} already holds state slot {}", id, slot_of_request_.at(id));
   CHECK_MSG(!free_slots_.empty(), "all {} state slots are taken (the scheduler runs at most max_num_seqs)",
             num_slots_);
   const int32_t slot = free_slots_.back();
   free_slots_.pop_back();
   slot_of_request_.emplace(id, slot);
-  zero(slot);
+  if (restore_checkpoint < 0) {
+    zero(slot);
+    return slot;
+  }
+  CHECK_MSG(restore_checkpoint < num_checkpoints_, "checkpoint {} of {}", restore_checkpoint, num_checkpoints_);
+  const int32_t from = checkpoint_slot(restore_checkpoint);
+  for (const GdnStateView& layer : views_) {
+    backend_.copy(layer.conv.slice_rows(slot, slot + 1), layer.conv.slice_rows(from, from + 1));
+    backend_.copy(layer.recurrent.slice_rows(slot, slot + 1), layer.recurrent.slice_rows(from, from + 1));
+  }
   return slot;
 }
 

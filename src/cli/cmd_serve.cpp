@@ -51,6 +51,7 @@ struct ServeArgs {
   double header_timeout_s = 10.0;
   std::string tool_call_parser, reasoning_parser;  // vLLM's names; "" = none
   bool enable_auto_tool_choice = false;
+  bool no_ui = false;  // no chat page at /
   EngineConfig engine;
 };
 
@@ -97,6 +98,7 @@ void print_usage_hint(const server::ServingContext& context, const std::string& 
   const std::string url = fmt::format("http://{}:{}", host.find(':') != std::string::npos ? "[" + host + "]" : host, port);
   std::fprintf(stderr, "pagellm serve: listening on %s (model '%s', max_model_len %d)\n", url.c_str(),
                context.served_model_name.c_str(), context.max_model_len);
+  if (context.serve_chat_page) std::fprintf(stderr, "pagellm serve: chat page at %s/ (--no-ui turns it off)\n", url.c_str());
   std::fprintf(stderr,
                "pagellm serve: try\n  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
                "    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], "
@@ -194,6 +196,7 @@ void run_serve(ServeArgs& args) {
   context->reasoning_parser = args.reasoning_parser;
   context->tool_call_parser = args.tool_call_parser;
   context->parse_options.auto_tool_choice = args.enable_auto_tool_choice;
+  context->serve_chat_page = !args.no_ui;
 
   server::HttpServerOptions options;
   options.host = args.host;
@@ -243,6 +246,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "port to listen on (0 = any free port)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
+  cmd->add_flag("--no-ui", args->no_ui, "no chat page at / (then / is a 404 like any unknown path)");
   cmd->add_option("--max-waiting", args->engine.max_waiting, "requests in flight at most; more get 429")
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template, "Jinja chat template file (default: tokenizer_config.json's)");

@@ -1,5 +1,8 @@
 // pagellm: one binary, one subcommand per file (cli/cmd_*.cpp).
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -18,8 +21,14 @@ int main(int argc, char** argv) {
 
   pagellm::cli::register_all_commands(app);
 
+  // vLLM's two-letter short form, which CLI11 cannot name: -tp N is --tensor-parallel-size N.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& arg : args)
+    if (arg == "-tp") arg = "--tensor-parallel-size";
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last to first
+
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const pagellm::cli::CommandError& e) {

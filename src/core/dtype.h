@@ -1,6 +1,7 @@
 // Element types of tensors and exact conversions between them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -45,6 +46,13 @@ inline float round_to_f16(float value) { return f16_bits_to_f32(f32_to_f16_bits(
 uint8_t f32_to_e4m3_bits(float value);
 float e4m3_bits_to_f32(uint8_t bits);
 inline float round_to_e4m3(float value) { return e4m3_bits_to_f32(f32_to_e4m3_bits(value)); }
+
+// MXFP4 (OCP microscaling; gpt-oss's experts): 4-bit e2m1 codes in groups of 32 sharing one e8m0
+// exponent byte. Code c (sign bit 3) is kE2m1Values[c]; the group's scale is 2^(e - 127).
+inline constexpr int64_t kMxfp4Group = 32;
+inline constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+inline float e8m0_to_f32(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 127); }
 inline constexpr float kE4M3Max = 448.0f;
 
 // Rounds `value` to what `dtype` can hold (f32: unchanged).

@@ -54,6 +54,10 @@ int64_t block_bytes_of(const MemorySpec& spec, int block_size) {
 Expected<std::unique_ptr<Model>> load_draft_model(const SpeculativeConfig& speculative, Backend& backend,
                                                   const Model& target, const Tokenizer* target_tokenizer) {
   const std::string& dir = speculative.draft_model_dir;
+  // The draft would load as a shard of the target's tensor-parallel group without the other ranks.
+  if (backend.tensor_parallel_size() > 1)
+    return unimplemented("[engine] a draft model with --tensor-parallel-size {} is not supported yet (n-gram "
+                         "speculation is)", backend.tensor_parallel_size());
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> draft, load_model(dir, backend, target.activation_dtype()));
   std::shared_ptr<const Tokenizer> draft_tokenizer;
   if (target_tokenizer && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
@@ -113,7 +117,9 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
       return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", config.dtype);
     dtype = parsed;
   }
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization,
+                                                                        {config.tensor_parallel_size,
+                                                                         config.tensor_parallel_share_device}));
   std::shared_ptr<const Tokenizer> tokenizer;
   const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
@@ -138,7 +144,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   PAGELLM_ASSIGN_OR_RETURN(spec.kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, spec.kv_dtype));
   // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
   const KvCacheGroups groups = kv_cache_groups_of(spec);
-  int64_t bytes_per_block = block_bytes_of(spec, config.block_size);
+  // Tensor-parallel ranks sharing one memory each keep a cache of this shape (cache_copies).
+  int64_t bytes_per_block = block_bytes_of(spec, config.block_size) * spec.cache_copies;
   // A draft model keeps its own cache of as many blocks: each block of the budget pays for both.
   std::unique_ptr<Model> draft;
   if (config.speculative.method == SpeculativeMethod::kDraftModel) {
@@ -205,10 +212,16 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.enable_prefix_caching = config.enable_prefix_caching;
   sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
   sched.kv_group_windows = kv_cache_groups_of(model_->memory_spec()).windows;
+  if (model_->memory_spec().is_hybrid()) {  // GDN chunks and prefix-cache checkpoints (engine/state_memory.h)
+    sched.gdn_chunk_tokens = kGdnChunkTokens;
+    sched.num_state_checkpoints = config.num_state_checkpoints;
+    sched.checkpoint_interval_tokens = config.hybrid_checkpoint_interval_blocks * config.block_size;
+    sched.min_recompute_tokens = kGdnMinChunkedTokens;
+  }
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs,
-                                          kv_cache_dtype);
+                                          kv_cache_dtype, config.num_state_checkpoints);
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
@@ -573,6 +586,7 @@ void Engine::publish(const std::vector<RequestUpdate>& updates) {
           StopStringMatcher::Result matched = live.stop_matcher->feed(delta);
           out.text = std::move(matched.text);
           if (matched.stopped) {
+            out.stop_string_index = matched.stop_index;
             if (!finish) (void)scheduler_->finish_early(update.request_id, FinishReason::kStop);
             finish = FinishReason::kStop;
           } else if (finish) {

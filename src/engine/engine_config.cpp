@@ -71,12 +71,20 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--quantization,-q", config.quantization,
                      "fp8, awq or gptq: must match the checkpoint's quantization_config, except fp8 on an unquantized "
                      "checkpoint, which quantizes its projections at load (128x128 blocks)");
+  command.add_option("--tensor-parallel-size", config.tensor_parallel_size,
+                     "split the model over this many ranks (heads, columns and vocabulary; one all-reduce after "
+                     "attention and after the MLP); on the CPU the ranks are threads")
+      ->capture_default_str();
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
                      "fraction of the GPU memory free after the weights and a measured activation step that the KV cache takes")->capture_default_str();
   command.add_flag("--no-enable-prefix-caching{false},--enable-prefix-caching{true}", config.enable_prefix_caching,
-                   "automatic prefix caching (on by default)");
+                   "automatic prefix caching (on by default, hybrid models included)");
+  command.add_option("--hybrid-checkpoint-interval-blocks", config.hybrid_checkpoint_interval_blocks,
+                     "hybrid (Gated DeltaNet) models: cache the recurrent state every this many KV blocks of a prompt "
+                     "(blocks x block size a multiple of 64; 0 = the fewest such blocks)")
+      ->capture_default_str();
   command.add_flag("--async-scheduling{1},--no-async-scheduling{0}", config.async_scheduling,
                    "plan each step while the previous one runs (default: on for cuda, off for cpu)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,

@@ -31,9 +31,17 @@ struct EngineConfig {
   // --quantization: "" keeps the checkpoint's; fp8 / awq / gptq must match it, except fp8 on an
   // unquantized checkpoint, whose projections are quantized at load.
   std::string quantization;
+  int tensor_parallel_size = 1;  // ranks one model is split over (model/tensor_parallel_model.h)
+  // CUDA ranks all on one GPU (no flag: the tests run the multi-rank path on a single card this way).
+  bool tensor_parallel_share_device = false;
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
+  // Hybrid (GDN) models' prefix cache: a GDN state checkpoint every this many blocks of a prompt
+  // (0 = the fewest blocks that make a multiple of the 64-token GDN chunk: 4 of 16 tokens). The
+  // engine sets num_state_checkpoints from the memory budget (engine/state_memory.h).
+  int hybrid_checkpoint_interval_blocks = 0;
+  int num_state_checkpoints = 0;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
   // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for

@@ -2,6 +2,17 @@
 
 namespace pagellm {
 
+void CompletedRequest::append(RequestOutput out) {
+  token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
+  text += out.text;
+  for (auto& lp : out.logprobs) logprobs.push_back(std::move(lp));
+  if (!out.prompt_logprobs.empty()) prompt_logprobs = std::move(out.prompt_logprobs);
+  num_cached_tokens = out.num_cached_tokens;
+  if (!out.error.is_ok()) error = out.error;
+  if (out.finish_reason) finish_reason = *out.finish_reason;
+  if (out.stop_string_index >= 0) stop_string_index = out.stop_string_index;
+}
+
 LLM::LLM(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) { engine_->start(); }
 
 LLM::~LLM() { engine_->stop(); }
@@ -22,16 +33,7 @@ std::vector<CompletedRequest> LLM::generate(std::vector<GenerateRequest> request
   }
   for (size_t i = 0; i < channels.size(); ++i) {
     if (!channels[i]) continue;
-    CompletedRequest& result = results[i];
-    while (auto out = channels[i]->next()) {
-      result.token_ids.insert(result.token_ids.end(), out->token_ids.begin(), out->token_ids.end());
-      result.text += out->text;
-      for (auto& lp : out->logprobs) result.logprobs.push_back(std::move(lp));
-      if (!out->prompt_logprobs.empty()) result.prompt_logprobs = std::move(out->prompt_logprobs);
-      result.num_cached_tokens = out->num_cached_tokens;
-      if (!out->error.is_ok()) result.error = out->error;
-      if (out->finish_reason) result.finish_reason = *out->finish_reason;
-    }
+    while (auto out = channels[i]->next()) results[i].append(std::move(*out));
   }
   return results;
 }

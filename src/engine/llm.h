@@ -19,6 +19,10 @@ struct CompletedRequest {
   FinishReason finish_reason = FinishReason::kAbort;
   int num_cached_tokens = 0;
   Status error;
+  int stop_string_index = -1;  // the stop string that ended it, else -1
+
+  // Adds one of the request's streamed outputs (tokens, text, logprobs, how it ended).
+  void append(RequestOutput out);
 };
 
 class LLM {

@@ -28,6 +28,7 @@ struct RequestOutput {
   int num_output_tokens = 0;               // total so far
   int num_cached_tokens = 0;               // prefix-cache hit
   Status error;                            // the request failed (then finish_reason is kAbort)
+  int stop_string_index = -1;              // the stop string that ended it (GenerateRequest::stop_strings), else -1
 };
 
 class OutputChannel {

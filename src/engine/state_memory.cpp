@@ -1,17 +1,43 @@
 #include "engine/state_memory.h"
 
 #include "cache/state_cache.h"
+#include <numeric>
+
 #include "core/logging.h"
 
 namespace pagellm {
 
+namespace {
+
+// Resolves the checkpoint interval and sizes the checkpoints from the budget left after the slots;
+// returns what stays for KV blocks.
+Expected<int64_t> reserve_checkpoints(const MemorySpec& spec, EngineConfig& config, int64_t left) {
+  config.num_state_checkpoints = 0;
+  if (!config.enable_prefix_caching) return left;
+  int& interval_blocks = config.hybrid_checkpoint_interval_blocks;
+  if (interval_blocks < 0 || (interval_blocks > 0 && interval_blocks * config.block_size % kGdnChunkTokens != 0))
+    return invalid_argument("[engine] --hybrid-checkpoint-interval-blocks {} x --block-size {} must be a multiple of "
+                            "the {}-token GDN chunk", interval_blocks, config.block_size, kGdnChunkTokens);
+  if (interval_blocks == 0) interval_blocks = kGdnChunkTokens / std::gcd(config.block_size, kGdnChunkTokens);
+  const int64_t per_checkpoint = spec.state_bytes_per_slot();
+  const int64_t num_checkpoints = std::min<int64_t>(left / 2 / per_checkpoint, INT32_MAX);
+  if (num_checkpoints < 1) {
+    LOG_WARN("prefix caching is off: the memory budget holds no GDN state checkpoint ({:.2f} MiB each)",
+             static_cast<double>(per_checkpoint) / (1 << 20));
+    config.enable_prefix_caching = false;
+    return left;
+  }
+  config.num_state_checkpoints = static_cast<int>(num_checkpoints);
+  LOG_INFO("prefix cache: {} GDN state checkpoints (every {} tokens) = {:.3f} GiB", num_checkpoints,
+           interval_blocks * config.block_size,
+           static_cast<double>(num_checkpoints * per_checkpoint) / (int64_t{1} << 30));
+  return left - num_checkpoints * per_checkpoint;
+}
+
+}  // namespace
+
 Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& config, int64_t budget) {
   if (!spec.is_hybrid()) return budget;
-  if (config.enable_prefix_caching) {
-    LOG_INFO("prefix caching is off for hybrid (Gated DeltaNet) models: a cached prefix would also need "
-             "the recurrent state at its end");
-    config.enable_prefix_caching = false;
-  }
   const int64_t per_slot = spec.state_bytes_per_slot();
   const int64_t max_slots = budget / 2 / per_slot - 1;  // one slot is the scratch slot
   if (max_slots < 1)
@@ -31,7 +57,7 @@ Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& con
            config.max_num_seqs, static_cast<double>(per_slot) / (1 << 20), spec.num_gdn_layers,
            spec.conv_state_bytes_per_layer(), spec.recurrent_state_bytes_per_layer(),
            static_cast<double>(state_bytes) / (int64_t{1} << 30));
-  return budget - state_bytes;
+  return reserve_checkpoints(spec, config, budget - state_bytes);
 }
 
 }  // namespace pagellm

@@ -4,8 +4,11 @@
 //   budget = KV blocks (full-attention layers only) + (max_num_seqs + 1 scratch) state slots
 //
 // At most half the budget goes to state: when max_num_seqs slots would take more, max_num_seqs is
-// lowered (with a warning) rather than leaving too few KV blocks for one long request. Prefix
-// caching is turned off for these models (a cached prefix would need the state at its end).
+// lowered (with a warning) rather than leaving too few KV blocks for one long request. With prefix
+// caching, half of what is left holds GDN state checkpoints (cache/checkpoint_pool.h: a cached
+// prefix needs the state at its end), the other half KV blocks:
+//
+//   budget = state slots + checkpoints (each one slot's bytes) + KV blocks
 #pragma once
 
 #include <cstdint>
@@ -16,8 +19,8 @@
 
 namespace pagellm {
 
-// Returns the bytes left for KV blocks; adjusts config.max_num_seqs and enable_prefix_caching for
-// hybrid models (a no-op returning `budget` for others).
+// Returns the bytes left for KV blocks; for hybrid models adjusts config.max_num_seqs, resolves
+// hybrid_checkpoint_interval_blocks and sets num_state_checkpoints (a no-op returning `budget` for others).
 Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& config, int64_t budget);
 
 }  // namespace pagellm

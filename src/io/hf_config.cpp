@@ -170,6 +170,7 @@ Status read_rope_dict(const FieldReader& reader, RopeConfig* rope) {
       reader.get_int("original_max_position_embeddings", &rope->original_max_position_embeddings));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("beta_fast", &rope->beta_fast));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("beta_slow", &rope->beta_slow));
+  PAGELLM_RETURN_IF_ERROR(reader.get_bool("truncate", &rope->truncate));
   PAGELLM_RETURN_IF_ERROR(reader.get_optional_double("attention_factor", &rope->attention_factor));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("partial_rotary_factor", &rope->partial_rotary_factor));
   PAGELLM_RETURN_IF_ERROR(reader.get_double("low_freq_factor", &rope->low_freq_factor));
@@ -406,6 +407,7 @@ Status read_sizes(const FieldReader& reader, const FamilyDefaults& defaults, Mod
   // Gemma's MLP reads hidden_activation (its configs may carry both).
   PAGELLM_RETURN_IF_ERROR(reader.get_string("hidden_activation", &config->hidden_act));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("attention_bias", &config->attention_bias));
+  PAGELLM_RETURN_IF_ERROR(reader.get_double("swiglu_limit", &config->swiglu_limit));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("mlp_bias", &config->mlp_bias));
   PAGELLM_RETURN_IF_ERROR(reader.get_bool("tie_word_embeddings", &config->tie_word_embeddings));
   return Status::ok();

@@ -19,6 +19,7 @@ struct RopeConfig {
   double factor = 1.0;           // scaling factor (yarn, linear)
   int64_t original_max_position_embeddings = 0;  // yarn
   double beta_fast = 32.0, beta_slow = 1.0;      // yarn
+  bool truncate = true;                          // yarn: floor/ceil the ramp's ends (gpt-oss: false)
   std::optional<double> attention_factor;        // yarn; default 0.1 ln(factor) + 1
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   double partial_rotary_factor = 1.0;            // rot_dim = head_dim * this
@@ -50,6 +51,7 @@ struct ModelConfig {
   std::optional<double> query_pre_attn_scalar;  // attention scale = this^-0.5 (Gemma); else head_dim^-0.5
   bool attention_bias = false;  // q, k, v and o projections carry biases (Llama's attention_bias)
   bool mlp_bias = false;        // gate, up and down projections carry biases
+  double swiglu_limit = 7.0;    // gpt-oss's clamped SwiGLU (the only value transformers' bf16 experts use)
   std::vector<int64_t> eos_token_ids;  // int or list in config.json; may be empty
   std::optional<int64_t> bos_token_id;
   QuantConfig quantization;  // "quantization_config"; method kNone when absent

@@ -139,6 +139,7 @@ std::string_view quant_method_name(QuantMethod method) {
     case QuantMethod::kFp8: return "fp8";
     case QuantMethod::kAwq: return "awq";
     case QuantMethod::kGptq: return "gptq";
+    case QuantMethod::kMxfp4: return "mxfp4";
   }
   return "?";
 }
@@ -151,6 +152,7 @@ std::string QuantConfig::describe() const {
     case QuantMethod::kAwq: return fmt::format("awq ({}-bit, group {})", bits, group_size);
     case QuantMethod::kGptq:
       return fmt::format("gptq ({}-bit, group {}, {})", bits, group_size, sym ? "symmetric" : "asymmetric");
+    case QuantMethod::kMxfp4: return "mxfp4 (e2m1 MoE experts, e8m0 scales per 32)";
   }
   return "?";
 }
@@ -174,9 +176,13 @@ Expected<QuantConfig> parse_quant_config(const json& quantization_config, const 
   } else if (name == "gptq") {
     config.method = QuantMethod::kGptq;
     PAGELLM_RETURN_IF_ERROR(read_gptq(fields, &config));
+  } else if (name == "mxfp4") {
+    // gpt-oss: the MoE experts' *_blocks / *_scales; everything else (modules_to_not_convert) is dense.
+    config.method = QuantMethod::kMxfp4;
+    PAGELLM_RETURN_IF_ERROR(fields.get_strings("modules_to_not_convert", &config.modules_to_not_convert));
   } else {
     return fields.refuse("quant_method",
-                         fmt::format("'{}' is not supported (pagellm reads fp8, awq and gptq checkpoints)", method));
+                         fmt::format("'{}' is not supported (pagellm reads fp8, awq, gptq and mxfp4 checkpoints)", method));
   }
   return config;
 }
@@ -184,8 +190,8 @@ Expected<QuantConfig> parse_quant_config(const json& quantization_config, const 
 Expected<QuantConfig> apply_quantization_flag(const QuantConfig& checkpoint, const std::string& flag) {
   if (flag.empty()) return checkpoint;
   const std::string name = lower(flag);
-  if (name != "fp8" && name != "awq" && name != "gptq")
-    return invalid_argument("[engine] --quantization '{}' is not one of fp8, awq, gptq", flag);
+  if (name != "fp8" && name != "awq" && name != "gptq" && name != "mxfp4")
+    return invalid_argument("[engine] --quantization '{}' is not one of fp8, awq, gptq, mxfp4", flag);
   if (checkpoint.enabled()) {
     if (quant_method_name(checkpoint.method) == name) return checkpoint;
     return invalid_argument("[engine] --quantization {} does not match the checkpoint's quantization_config ({})", name,

@@ -10,6 +10,8 @@
 //   gptq  {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": true, "desc_act": false,
 //          "checkpoint_format": "gptq" | "gptq_v2"}
 //         qweight [in/8, out] i32, qzeros [in/g, out/8] i32 (v1 stores zero - 1), scales [in/g, out], g_idx [in]
+//   mxfp4 {"quant_method": "mxfp4", "modules_to_not_convert": [...]}   (gpt-oss: the MoE experts only)
+//         *_blocks [E, out, in/32, 16] U8 (two e2m1 codes a byte, low nibble first), *_scales [E, out, in/32] U8 (e8m0)
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@
 
 namespace pagellm {
 
-enum class QuantMethod { kNone, kFp8, kAwq, kGptq };
+enum class QuantMethod { kNone, kFp8, kAwq, kGptq, kMxfp4 };
 
 struct QuantConfig {
   QuantMethod method = QuantMethod::kNone;

@@ -31,7 +31,7 @@ struct DecoderLayer {
 };
 
 // Activation buffers, by index.
-enum Buffer : size_t { kHidden, kNormed, kProj, kLastRows };
+enum Buffer : size_t { kHidden, kNormed, kProj, kLastRows, kShardLogits };
 
 layers::AttentionShape attention_shape(const ModelConfig& c) {
   return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim};
@@ -39,20 +39,26 @@ layers::AttentionShape attention_shape(const ModelConfig& c) {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(const ModelConfig& config, const DecoderSpec& spec, Backend& backend)
+  // `local_attention` is this rank's shard of the heads (all of them without tensor parallelism).
+  DecoderModel(const ModelConfig& config, const DecoderSpec& spec, Backend& backend,
+               const layers::AttentionShape& local_attention)
       : config_(config),
         spec_(spec),
         backend_(backend),
+        comm_(backend.communicator()),
+        local_attention_(local_attention),
         act_(backend, config.dtype),
-        attention_(backend, config.dtype, attention_shape(config)),
-        mlp_(backend, config.dtype, config.intermediate_size) {
-    if (spec.moe) moe_ffn_.emplace(config, backend);
+        attention_(backend, config.dtype, local_attention),
+        mlp_(backend, config.dtype,
+             layers::intermediate_shard(config.intermediate_size, backend.tensor_parallel_rank(),
+                                        backend.tensor_parallel_size()).count) {
+    if (spec.moe) moe_ffn_.emplace(config, backend, spec.moe_style);
   }
 
   Status load(const Checkpoint& checkpoint);
   const ModelConfig& config() const override { return config_; }
   MemorySpec memory_spec() const override {
-    MemorySpec spec{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, config_.dtype};
+    MemorySpec spec{config_.num_hidden_layers, local_attention_.num_kv_heads, config_.head_dim, config_.dtype};
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
       const int32_t window = attention_options(i).sliding_window;
       spec.attention_windows.push_back(window > 0 ? window : -1);  // -1 = full
@@ -67,10 +73,17 @@ class DecoderModel final : public Model {
   Status load_layer(WeightLoader& loader, int64_t index, DecoderLayer& layer);
   layers::AttentionOptions attention_options(int64_t layer_index) const;
   float eps() const { return static_cast<float>(config_.rms_norm_eps); }
+  // Tensor parallelism: a row-parallel block's partial output summed over the ranks.
+  void reduce(TensorView partial) {
+    if (comm_ != nullptr) comm_->all_reduce_sum(partial);
+  }
 
   ModelConfig config_;
   DecoderSpec spec_;
   Backend& backend_;
+  Communicator* comm_;  // nullptr without tensor parallelism
+  layers::AttentionShape local_attention_;
+  ShardRange vocab_shard_;  // the logits columns this rank computes
   Activations act_;
   layers::Attention attention_;
   layers::GatedMlp mlp_;
@@ -102,6 +115,7 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
   attention.qkv_bias = spec_.qkv_bias;
   attention.o_bias = spec_.o_bias;
   attention.qk_norm = spec_.qk_norm;
+  attention.sinks = spec_.attention_sinks;
   attention.qk_norm_mode = mode;
   attention.eps = eps();
   PAGELLM_ASSIGN_OR_RETURN(layer.attention,
@@ -121,7 +135,11 @@ Status DecoderModel::load_layer(WeightLoader& loader, int64_t i, DecoderLayer& l
                              layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h, mode, eps()));
   }
   if (is_moe_layer(i)) {
-    PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, loader.weight_dtype(), config_, p + "mlp."));
+    if (spec_.moe_style == MoeStyle::kGptOss) {
+      PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_gpt_oss_moe_weights(loader, backend_, config_, p + "mlp."));
+    } else {
+      PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, loader.weight_dtype(), config_, p + "mlp."));
+    }
     return Status::ok();
   }
   PAGELLM_ASSIGN_OR_RETURN(layer.mlp, layers::load_gated_mlp(loader, p + "mlp.", h, config_.intermediate_size,
@@ -151,7 +169,10 @@ Status DecoderModel::load(const Checkpoint& checkpoint) {
     embedding_.scale = round_to_dtype(static_cast<float>(std::sqrt(static_cast<double>(h))), config_.dtype);
   }
   PAGELLM_ASSIGN_OR_RETURN(head_.final_norm, layers::load_rms_norm(loader, m + "norm.weight", h, spec_.norm_mode, eps()));
-  PAGELLM_ASSIGN_OR_RETURN(head_.weight, layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h));
+  // The embedding table is whole on every rank; the head is split by vocabulary rows over the ranks.
+  vocab_shard_ = shard_range(v, backend_.tensor_parallel_rank(), backend_.tensor_parallel_size());
+  PAGELLM_ASSIGN_OR_RETURN(head_.weight, layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings,
+                                                                  v, h, vocab_shard_));
   head_.final_softcap = spec_.final_softcap;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     DecoderLayer layer;
@@ -162,6 +183,7 @@ Status DecoderModel::load(const Checkpoint& checkpoint) {
   act_.define(kNormed, h);
   act_.define(kProj, h);
   act_.define(kLastRows, h);
+  if (comm_ != nullptr) act_.define(kShardLogits, std::max<int64_t>(vocab_shard_.count, 1));
   return Status::ok();
 }
 
@@ -176,11 +198,13 @@ void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, Ten
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
     attention_.forward(layer.attention, caches.attention_layers[i], batch, normed, proj);
+    reduce(proj);
     if (layer.post_attention_norm.defined()) layer.post_attention_norm.forward(backend_, proj, proj);
     // Each block's residual add is fused with the norm that opens the next block.
     layer.pre_ffn_norm.add_forward(backend_, hidden, normed, proj);
     if (layer.moe) moe_ffn_->forward(*layer.moe, normed, proj);
     else mlp_.forward(layer.mlp, normed, proj);
+    reduce(proj);
     if (layer.post_ffn_norm.defined()) layer.post_ffn_norm.forward(backend_, proj, proj);
     if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
   }
@@ -188,7 +212,13 @@ void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, Ten
   // Only the rows that sample go through the final norm and the vocabulary projection.
   TensorView last = act_.rows(kLastRows, batch.logits_rows.numel());  // [R, H]
   backend_.embedding(last, hidden, batch.logits_rows);
-  head_.forward(backend_, logits, last);
+  if (comm_ == nullptr) {
+    head_.forward(backend_, logits, last);
+    return;
+  }
+  TensorView shard = act_.rows(kShardLogits, last.size(0)).reshape({last.size(0), vocab_shard_.count});  // [R, V / N]
+  head_.forward(backend_, shard, last);
+  comm_->gather_columns(logits, shard);  // rank 0's logits[R, V]
 }
 
 Status validate_decoder_config(const ModelConfig& c, const DecoderSpec& spec) {
@@ -212,7 +242,12 @@ Status validate_decoder_config(const ModelConfig& c, const DecoderSpec& spec) {
 Expected<std::unique_ptr<Model>> make_decoder(const ModelConfig& config, const DecoderSpec& spec,
                                               const Checkpoint& checkpoint, Backend& backend) {
   PAGELLM_RETURN_IF_ERROR(validate_decoder_config(config, spec));
-  auto model = std::make_unique<DecoderModel>(config, spec, backend);
+  const int tp_size = backend.tensor_parallel_size();
+  PAGELLM_ASSIGN_OR_RETURN(const layers::AttentionShard shard,
+                           layers::attention_shard(attention_shape(config), backend.tensor_parallel_rank(), tp_size));
+  if (tp_size > 1 && spec.moe && config.num_experts > 0)
+    return unimplemented("[model] {}: tensor parallelism over MoE layers is not supported yet", spec.family);
+  auto model = std::make_unique<DecoderModel>(config, spec, backend, shard.local);
   PAGELLM_RETURN_IF_ERROR(model->load(checkpoint));
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -13,6 +13,7 @@
 
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/moe_ffn.h"
 
 namespace pagellm {
 
@@ -30,6 +31,8 @@ struct DecoderSpec {
   // decoder_sparse_step-th layer, not in mlp_only_layers (Qwen3-MoE); a MoE model's steps route on
   // the host, so it runs without CUDA graphs.
   bool moe = false;
+  MoeStyle moe_style = MoeStyle::kQwen;
+  bool attention_sinks = false;  // self_attn.sinks [nH] (gpt-oss)
 };
 
 // Checks the config fields every dense family reads (heads, head_dim, layer types, activation) and
@@ -37,7 +40,7 @@ struct DecoderSpec {
 Expected<std::unique_ptr<Model>> make_decoder(const ModelConfig& config, const DecoderSpec& spec,
                                               const Checkpoint& checkpoint, Backend& backend);
 
-// The family factories (one short file each: llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp, gemma.cpp).
+// The family factories (one short file each: llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp, gemma.cpp, gpt_oss.cpp).
 Expected<std::unique_ptr<Model>> make_llama(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend);
 Expected<std::unique_ptr<Model>> make_mistral(const ModelConfig& config, const Checkpoint& checkpoint,
                                               Backend& backend);
@@ -46,6 +49,8 @@ Expected<std::unique_ptr<Model>> make_gemma2(const ModelConfig& config, const Ch
                                              Backend& backend);
 Expected<std::unique_ptr<Model>> make_qwen3_moe(const ModelConfig& config, const Checkpoint& checkpoint,
                                                 Backend& backend);
+Expected<std::unique_ptr<Model>> make_gpt_oss(const ModelConfig& config, const Checkpoint& checkpoint,
+                                              Backend& backend);
 Expected<std::unique_ptr<Model>> make_gemma3(const ModelConfig& config, const Checkpoint& checkpoint,
                                              Backend& backend);
 

@@ -107,6 +107,7 @@ void GdnMixer::forward(const GdnWeights& w, const StepBatch& batch, const GdnSta
   params.cu_seqlens_q = batch.cu_seqlens_q;
   params.state_slots = batch.state_slots;
   params.max_seqlen_q = batch.max_seqlen_q;
+  params.checkpoint_slots = batch.gdn_checkpoint_slots;
   backend_.gdn_conv1d(conv, column_view(in_proj, 0, s.conv_dim()), w.conv1d, state.conv, params);
 
   const TensorView q = head_columns(conv, 0, s.num_k_heads, s.dk);                 // [T, Hk, dk]

@@ -41,6 +41,7 @@ struct Preset {
   int64_t num_experts = 0, experts_per_token = 0, moe_intermediate_size = 0;
   bool is_hybrid() const { return linear_heads > 0; }
   bool is_moe() const { return num_experts > 0; }
+  bool is_gpt_oss() const { return model_type == "gpt_oss"; }
 };
 
 using Json = nlohmann::ordered_json;
@@ -78,6 +79,32 @@ Preset qwen3_moe(std::vector<int64_t> sizes, int64_t experts, int64_t top_k, int
   return p;
 }
 
+// A gpt-oss preset: alternating sliding / full attention with sinks, q/k/v/o biases, YaRN, every
+// layer a MoE of `experts` (top k, width = intermediate) with biases, written in the released MXFP4
+// layout (quantization_config mxfp4).
+Preset gpt_oss(std::vector<int64_t> sizes, int64_t experts, int64_t top_k, int64_t window, int64_t original_positions,
+               std::string tokenizer) {
+  std::vector<std::string> layer_types;
+  for (int64_t i = 0; i < sizes[3]; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  const Json rope = {{"rope_type", "yarn"}, {"rope_theta", 150000.0}, {"factor", 32.0}, {"beta_fast", 32.0},
+                     {"beta_slow", 1.0}, {"truncate", false}, {"original_max_position_embeddings", original_positions}};
+  const int64_t width = sizes[2];
+  Preset p = dense("GptOssForCausalLM", "gpt_oss", std::move(sizes), false, 150000.0, 32 * original_positions,
+                   {{"rope_parameters", rope}, {"sliding_window", window}, {"layer_types", layer_types},
+                    {"num_local_experts", experts}, {"num_experts_per_tok", top_k}, {"attention_bias", true},
+                    {"rms_norm_eps", 1e-5}, {"swiglu_limit", 7.0},
+                    {"quantization_config",
+                     {{"quant_method", "mxfp4"},
+                      {"modules_to_not_convert",
+                       {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}}}},
+                   std::move(tokenizer));
+  p.qkv_bias = true;
+  p.num_experts = experts;
+  p.experts_per_token = top_k;
+  p.moe_intermediate_size = width;
+  return p;
+}
+
 const Json kLlama31Rope = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
 const Json kLlama32Rope = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
@@ -106,6 +133,11 @@ const std::map<std::string, Preset>& presets() {
     t["qwen3-30b-a3b"] = qwen3_moe({151936, 2048, 6144, 48, 32, 4, 128}, 128, 8, 768, "qwen3");
     // A Qwen3-MoE small enough for CPU tests (no tokenizer): 8 experts, top 2.
     t["qwen3-moe-micro"] = qwen3_moe({512, 64, 128, 2, 4, 2, 32}, 8, 2, 32, "");
+    // The shape of gpt-oss-20b: 24 layers (sliding 128 / full), 64 query and 8 kv heads of 64, 32 experts
+    // top 4 of width 2880 in MXFP4, vocabulary 201088 (the o200k harmony tokenizer).
+    t["gpt-oss-20b"] = gpt_oss({201088, 2880, 2880, 24, 64, 8, 64}, 32, 4, 128, 4096, "gptoss");
+    // A gpt-oss small enough for CPU tests (no tokenizer): window 8, 4 experts top 2 in MXFP4.
+    t["gpt-oss-micro"] = gpt_oss({512, 64, 64, 2, 4, 2, 16}, 4, 2, 8, 64, "");
     t["llama3.2-1b"] = dense("LlamaForCausalLM", "llama", {128256, 2048, 8192, 16, 32, 8, 64}, true, 500000.0, 131072,
                              {{"rope_scaling", kLlama32Rope}}, "llama3");
     t["llama3.1-8b"] = dense("LlamaForCausalLM", "llama", {128256, 4096, 14336, 32, 32, 8, 128}, false, 500000.0,
@@ -142,6 +174,9 @@ void add_special_ids(Json& c, const std::string& tokenizer) {
   } else if (tokenizer == "gemma3") {
     c["bos_token_id"] = 2;
     c["eos_token_id"] = {1, 106};
+  } else if (tokenizer == "gptoss") {
+    c["bos_token_id"] = 199998;
+    c["eos_token_id"] = {200002, 200012};  // <|return|>, <|call|>
   } else if (tokenizer == "llama2") {
     c["bos_token_id"] = 1;
     c["eos_token_id"] = 2;
@@ -326,6 +361,37 @@ nlohmann::ordered_json quantization_config(const std::string& quantize, int64_t 
           {"checkpoint_format", "gptq"}};
 }
 
+// count random bytes in [lo, hi], one stream per tensor name (as random_bytes).
+std::vector<uint8_t> random_u8(const std::string& name, int64_t count, uint64_t seed, int lo, int hi) {
+  SplitMix64 rng{seed * 0x2545f4914f6cdd1dull ^ name_hash(name)};
+  std::vector<uint8_t> bytes(static_cast<size_t>(count));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(lo + static_cast<int>(rng.next() % static_cast<uint64_t>(hi - lo + 1)));
+  return bytes;
+}
+
+// gpt-oss's sinks, router and experts of layer prefix `l`, experts in the released MXFP4 layout:
+// random e2m1 nibbles and e8m0 exponents 2^-7 .. 2^-5 (values up to ~0.19, the scale of trained ones).
+void add_gpt_oss_layer_extras(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o,
+                              const std::string& l, float half_width) {
+  const int64_t h = p.hidden_size, width = p.moe_intermediate_size, e = p.num_experts;
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape, float center, float w) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    writer.add(name, o.dtype, shape, random_bytes(name, count, o.seed, o.dtype, center, w));
+  };
+  auto mxfp4 = [&](const std::string& name, int64_t rows, int64_t cols) {
+    writer.add(name + "_blocks", DType::kU8, {e, rows, cols / 32, 16}, random_u8(name + "_blocks", e * rows * cols / 2, o.seed, 0, 255));
+    writer.add(name + "_scales", DType::kU8, {e, rows, cols / 32}, random_u8(name + "_scales", e * rows * cols / 32, o.seed, 120, 122));
+  };
+  dense(l + "self_attn.sinks", {p.num_heads}, 0.0f, 1.0f);
+  dense(l + "mlp.router.weight", {e, h}, 0.0f, half_width);
+  dense(l + "mlp.router.bias", {e}, 0.0f, half_width);
+  mxfp4(l + "mlp.experts.gate_up_proj", 2 * width, h);
+  dense(l + "mlp.experts.gate_up_proj_bias", {e, 2 * width}, 0.0f, half_width);
+  mxfp4(l + "mlp.experts.down_proj", h, width);
+  dense(l + "mlp.experts.down_proj_bias", {e, h}, 0.0f, half_width);
+}
+
 // Qwen3 and the other dense families (Llama, Mistral, Qwen2, Gemma), as the preset's options say.
 void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
   const float half_width = static_cast<float>(o.weight_std * std::sqrt(3.0));  // uniform std -> half width
@@ -356,6 +422,7 @@ void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
     matrix(l + "self_attn.k_proj.weight", p.num_kv_heads * hd, h);
     matrix(l + "self_attn.v_proj.weight", p.num_kv_heads * hd, h);
     matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
+    if (p.is_gpt_oss()) vector(l + "self_attn.o_proj.bias", h, 0.0f, half_width);
     if (p.qkv_bias) {
       vector(l + "self_attn.q_proj.bias", p.num_heads * hd, 0.0f, half_width);
       vector(l + "self_attn.k_proj.bias", p.num_kv_heads * hd, 0.0f, half_width);
@@ -364,6 +431,10 @@ void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
     if (p.qk_norm) {
       norm(l + "self_attn.q_norm.weight", hd);
       norm(l + "self_attn.k_norm.weight", hd);
+    }
+    if (p.is_gpt_oss()) {
+      add_gpt_oss_layer_extras(writer, p, o, l, half_width);
+      continue;
     }
     if (p.is_moe()) {  // released checkpoints' per-expert names
       matrix(l + "mlp.gate.weight", p.num_experts, h);

@@ -29,10 +29,15 @@ class Model {
 // Loads a model folder (config.json + safetensors) onto `backend`. Unknown architectures are an
 // error that lists the supported ones.
 // `dtype` overrides config.json's activation dtype (--dtype); `quantization` is --quantization
-// (io/quant_config.h apply_quantization_flag: "" keeps the checkpoint's).
+// (io/quant_config.h apply_quantization_flag: "" keeps the checkpoint's); tp.size > 1 loads a
+// TensorParallelModel (model/tensor_parallel_model.h) whose rank 0 runs on `backend`.
+struct TensorParallelOptions {
+  int size = 1;               // --tensor-parallel-size
+  bool share_device = false;  // CUDA: every rank on rank 0's GPU (the multi-rank path tested on one card)
+};
 Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend,
                                             std::optional<DType> dtype = std::nullopt,
-                                            const std::string& quantization = "");
+                                            const std::string& quantization = "", TensorParallelOptions tp = {});
 std::vector<std::string> supported_architectures();
 
 }  // namespace pagellm

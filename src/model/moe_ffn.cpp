@@ -21,6 +21,30 @@ struct Routing {
   std::vector<std::vector<float>> weights; // [E][same], rounded to the activation dtype
 };
 
+// gpt-oss: the top-k logits (ties to the lower expert), then a softmax over those k.
+Routing route_top_k_softmax(const std::vector<float>& logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
+                            DType activation_dtype) {
+  Routing routing;
+  routing.rows.resize(static_cast<size_t>(num_experts));
+  routing.weights.resize(static_cast<size_t>(num_experts));
+  std::vector<int32_t> order(static_cast<size_t>(num_experts));
+  std::vector<float> p(static_cast<size_t>(top_k));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* row = logits.data() + t * num_experts;
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return row[x] > row[y]; });
+    const float max_logit = row[order[0]];
+    float sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) sum += p[static_cast<size_t>(j)] = std::exp(row[order[static_cast<size_t>(j)]] - max_logit);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      routing.rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
+      routing.weights[static_cast<size_t>(e)].push_back(round_to_dtype(p[static_cast<size_t>(j)] / sum, activation_dtype));
+    }
+  }
+  return routing;
+}
+
 Routing route(const std::vector<float>& logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
               bool renormalise, DType activation_dtype) {
   Routing routing;
@@ -51,9 +75,9 @@ Routing route(const std::vector<float>& logits, int64_t num_tokens, int64_t num_
 
 Expected<SwiGluWeights> load_swiglu(WeightLoader& loader, const std::string& p, int64_t hidden, int64_t width) {
   SwiGluWeights w;
-  PAGELLM_ASSIGN_OR_RETURN(w.gate_up, loader.load_rows({p + "gate_proj.weight", p + "up_proj.weight"},
-                                                       {{width, hidden}, {width, hidden}}));
-  PAGELLM_ASSIGN_OR_RETURN(w.down, loader.load(p + "down_proj.weight", {hidden, width}));
+  PAGELLM_ASSIGN_OR_RETURN(w.gate_up.weight, loader.load_rows({p + "gate_proj.weight", p + "up_proj.weight"},
+                                                              {{width, hidden}, {width, hidden}}));
+  PAGELLM_ASSIGN_OR_RETURN(w.down.weight, loader.load(p + "down_proj.weight", {hidden, width}));
   return w;
 }
 
@@ -67,9 +91,9 @@ Status load_fused_experts(WeightLoader& loader, Backend& backend, DType weight_d
   for (int64_t e = 0; e < num_experts; ++e) {
     const auto ue = static_cast<size_t>(e);
     SwiGluWeights w;
-    w.gate_up = upload_matrix(backend, {gate_up.begin() + ue * per_gate_up, gate_up.begin() + (ue + 1) * per_gate_up},
+    w.gate_up.weight = upload_matrix(backend, {gate_up.begin() + ue * per_gate_up, gate_up.begin() + (ue + 1) * per_gate_up},
                               Shape{2 * width, hidden}, weight_dtype);
-    w.down = upload_matrix(backend, {down.begin() + ue * per_down, down.begin() + (ue + 1) * per_down},
+    w.down.weight = upload_matrix(backend, {down.begin() + ue * per_down, down.begin() + (ue + 1) * per_down},
                            Shape{hidden, width}, weight_dtype);
     out.experts.push_back(std::move(w));
   }
@@ -82,7 +106,7 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
                                       const ModelConfig& c, const std::string& p) {
   const int64_t h = c.hidden_size, e_count = c.num_experts, width = c.moe_intermediate_size;
   MoeWeights w;
-  PAGELLM_ASSIGN_OR_RETURN(w.router, loader.load(p + "gate.weight", {e_count, h}));
+  PAGELLM_ASSIGN_OR_RETURN(w.router.weight, loader.load(p + "gate.weight", {e_count, h}));
   if (loader.has(p + "experts.gate_up_proj")) {
     PAGELLM_RETURN_IF_ERROR(load_fused_experts(loader, backend, weight_dtype, p, e_count, h, width, w));
   } else {
@@ -98,8 +122,8 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
   return w;
 }
 
-MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend)
-    : config_(config), backend_(backend), act_(backend, config.dtype) {
+MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style)
+    : config_(config), style_(style), backend_(backend), act_(backend, config.dtype) {
   const int64_t h = config.hidden_size;
   act_.define(kRouter, config.num_experts);
   if (config.shared_expert_intermediate_size > 0) {
@@ -128,9 +152,9 @@ void MoeFfn::swiglu(const SwiGluWeights& w, const TensorView& x, TensorView y, s
   const int64_t rows = x.size(0);
   TensorView gate_up = act_.rows(gate_up_buffer, rows);  // [rows, 2 I]
   TensorView act = act_.rows(act_buffer, rows);          // [rows, I]
-  backend_.matmul(gate_up, x, w.gate_up);
-  backend_.silu_mul(act, gate_up);
-  backend_.matmul(y, act, w.down);
+  w.gate_up.forward(backend_, gate_up, x);
+  backend_.act_mul(act, gate_up, style_ == MoeStyle::kGptOss ? Activation::kClampedSwiglu : Activation::kSilu);
+  w.down.forward(backend_, y, act);
 }
 
 void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) {
@@ -149,13 +173,15 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
   }
 
   TensorView router = act_.rows(kRouter, num_tokens);  // [T, E]
-  backend_.matmul(router, normed, w.router);
+  w.router.forward(backend_, router, normed);
   Tensor router_host = Tensor::cpu(router.shape, router.dtype);
   backend_.copy(router_host.view(), router);
   std::vector<float> logits(static_cast<size_t>(router_host.numel()));
   convert_to_f32(router_host.ptr<void>(), router_host.dtype(), logits.data(), logits.size());
-  const Routing routing = route(logits, num_tokens, num_experts, config_.num_experts_per_tok,
-                                config_.norm_topk_prob, config_.dtype);
+  const Routing routing =
+      style_ == MoeStyle::kGptOss
+          ? route_top_k_softmax(logits, num_tokens, num_experts, config_.num_experts_per_tok, config_.dtype)
+          : route(logits, num_tokens, num_experts, config_.num_experts_per_tok, config_.norm_topk_prob, config_.dtype);
   for (int64_t e = 0; e < num_experts; ++e) {
     const std::vector<int32_t>& rows = routing.rows[static_cast<size_t>(e)];
     if (rows.empty()) continue;

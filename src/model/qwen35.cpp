@@ -137,7 +137,7 @@ Status Qwen35Model::load(const Checkpoint& checkpoint) {
   PAGELLM_ASSIGN_OR_RETURN(head_.final_norm, layers::load_rms_norm(loader, m + "norm.weight", h, NormWeight::kOnePlus,
                                                                    static_cast<float>(config_.rms_norm_eps)));
   PAGELLM_ASSIGN_OR_RETURN(head_.weight,
-                           layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h));
+                           layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h, {0, v}));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     HybridLayer layer;
     PAGELLM_RETURN_IF_ERROR(load_layer(loader, fmt::format("{}layers.{}.", m, i), i, layer));

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/qwen3.h"
 #include "model/qwen35.h"
+#include "model/tensor_parallel_model.h"
 
 namespace pagellm {
 
@@ -22,6 +23,7 @@ const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = {
       {"Qwen3ForCausalLM", make_qwen3},
       {"Qwen3MoeForCausalLM", make_qwen3_moe},
+      {"GptOssForCausalLM", make_gpt_oss},
       {"LlamaForCausalLM", make_llama},
       {"MistralForCausalLM", make_mistral},
       {"Qwen2ForCausalLM", make_qwen2},
@@ -35,6 +37,32 @@ const std::map<std::string, Factory>& factories() {
   return table;
 }
 
+// Loads one shard per rank, each on a backend of its own with its communicator (rank 0 on `backend`).
+Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,
+                                             const Factory& factory, const TensorParallelOptions& tp) {
+  for (LayerType t : config.layer_types)
+    if (t == LayerType::kLinearAttention)
+      return unimplemented("[model] {}: tensor parallelism over Gated DeltaNet layers is not supported yet",
+                           config.architecture);
+  PAGELLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Backend>> backends,
+                           make_tensor_parallel_group(backend, tp.size, tp.share_device));
+  std::vector<std::unique_ptr<Model>> ranks;
+  for (int rank = 0; rank < tp.size; ++rank) {
+    Backend& rank_backend = rank == 0 ? backend : *backends[static_cast<size_t>(rank) - 1];
+    rank_backend.make_current();
+    Expected<std::unique_ptr<Model>> shard = factory(config, checkpoint, rank_backend);
+    backend.make_current();
+    if (!shard.has_value()) {
+      backend.set_communicator(nullptr);
+      return shard.status();
+    }
+    ranks.push_back(std::move(shard).value());
+  }
+  LOG_INFO("[model] {}: tensor parallel over {} {} ranks{}", config.architecture, tp.size, backend.name(),
+           tp.share_device ? " sharing one device" : "");
+  return std::unique_ptr<Model>(std::make_unique<TensorParallelModel>(backend, std::move(ranks), std::move(backends)));
+}
+
 }  // namespace
 
 std::vector<std::string> supported_architectures() {
@@ -44,7 +72,9 @@ std::vector<std::string> supported_architectures() {
 }
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend, std::optional<DType> dtype,
-                                            const std::string& quantization) {
+                                            const std::string& quantization, TensorParallelOptions tp) {
+  if (tp.size < 1 || tp.size > 16)
+    return invalid_argument("[model] --tensor-parallel-size must be in [1, 16], got {}", tp.size);
   const std::string config_path = (std::filesystem::path(model_dir) / "config.json").string();
   PAGELLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(config_path));
   if (dtype) config.dtype = *dtype;
@@ -56,6 +86,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backen
   PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
   if (config.quantization.enabled())
     LOG_INFO("[model] {}: projections quantized as {}", config.architecture, config.quantization.describe());
+  if (tp.size > 1) return load_shards(config, checkpoint, backend, it->second, tp);
   return it->second(config, checkpoint, backend);
 }
 

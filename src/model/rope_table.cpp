@@ -25,8 +25,13 @@ RopeTable yarn_table(const RopeConfig& rope, int64_t rot_dim) {
   auto corr_dim = [&](double rotations) {
     return d * std::log(l0 / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
   };
-  double low = std::max(std::floor(corr_dim(rope.beta_fast)), 0.0);
-  double high = std::min(std::ceil(corr_dim(rope.beta_slow)), d - 1.0);
+  double low = corr_dim(rope.beta_fast), high = corr_dim(rope.beta_slow);
+  if (rope.truncate) {  // transformers' default; gpt-oss configures truncate: false
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1.0);
   if (low == high) high += 0.001;
   RopeTable table;
   const std::vector<float> extrapolation = default_inv_freq(base, rot_dim);

@@ -33,6 +33,7 @@ struct StepBatch {
   TensorView slot_mapping;  // [T], i64
   TensorView logits_rows;   // [R], i32
   TensorView state_slots;   // [B], i32: GDN state slot of each sequence (hybrid models; else empty)
+  TensorView gdn_checkpoint_slots;  // [T], i32: prefix-cache checkpoints (GdnParams::checkpoint_slots); else empty
   std::vector<TensorView> more_block_tables;   // [G - 1]: KV cache groups 1.. ([B, max_blocks], i32 each)
   std::vector<TensorView> more_slot_mappings;  // [G - 1]: ([T], i64 each)
 
@@ -82,6 +83,9 @@ struct MemorySpec {
   int64_t gdn_key_head_dim = 0;
   int64_t gdn_value_head_dim = 0;
   DType state_dtype = DType::kF32;
+  // Copies of each block the memory budget pays for: the CPU ranks of a tensor-parallel group each
+  // hold a cache of this shape in the same host memory.
+  int64_t cache_copies = 1;
   // Bytes one block of `block_size` tokens costs across all attention layers (K and V): the block of a
   // model with one KV cache group (a grouped cache's block holds KvCacheGroups::layers_per_group layers).
   int64_t kv_bytes_per_block(int64_t block_size) const {

@@ -12,6 +12,14 @@
 
 namespace pagellm {
 
+// The block of a 2-D checkpoint tensor that a tensor-parallel rank keeps: rows [row_begin, row_begin +
+// row_count) and columns [col_begin, col_begin + col_count); a count of -1 runs to the end.
+struct TensorSlice {
+  int64_t row_begin = 0, row_count = -1;
+  int64_t col_begin = 0, col_count = -1;
+  bool is_whole() const { return row_begin == 0 && row_count < 0 && col_begin == 0 && col_count < 0; }
+};
+
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend, DType weight_dtype,
@@ -33,9 +41,13 @@ class WeightLoader {
 
   // The tensor `name` with exactly `shape`.
   Expected<Tensor> load(const std::string& name, const std::vector<int64_t>& shape);
-  // Tensors stacked along dim 0 (each [rows_i, cols]) into one [sum rows_i, cols].
-  Expected<Tensor> load_rows(const std::vector<std::string>& names,
-                             const std::vector<std::vector<int64_t>>& shapes);
+  // Tensors stacked along dim 0 (each [rows_i, cols]) into one [sum rows_i, cols]; with `slices`
+  // (one per name, 2-D tensors), only each tensor's slice is read and stacked.
+  Expected<Tensor> load_rows(const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes,
+                             const std::vector<TensorSlice>& slices = {});
+  // Tensor parallelism: this rank and the group's size (0 and 1 without tensor parallelism).
+  int tp_rank() const { return backend_.tensor_parallel_rank(); }
+  int tp_size() const { return backend_.tensor_parallel_size(); }
   bool has(const std::string& name) const { return checkpoint_.find(name) != nullptr; }
   // A small host f32 vector (e.g. a per-head parameter the model reads on the host).
   Expected<std::vector<float>> load_host_f32(const std::string& name, const std::vector<int64_t>& shape);

@@ -69,6 +69,7 @@ bool graphs_allowed_by_env() {
 //   | sample_params [R] sampling::RowParams (24 bytes each) |              (each part 16-byte aligned)
 //   | penalty_rows [P] sampling::PenaltyRow (32 B) | penalty_params [P] RowParams |
 //   | logprob_rows [L] sampling::LogprobRow (12 B) | history i32 [H] | placeholder pairs i32 [Q, 2] |
+//   | GDN checkpoint slots i32 [T] (only in a step that writes prefix-cache checkpoints) |
 //   | bias entries i32 [K, 3] (penalised row, token, f32 bits) | mask rows i32 [M] | masks i32 [M, V/32] |
 //
 // G = KV cache groups (cache/kv_cache_groups.h; 1 unless the model has sliding-window layers).
@@ -89,7 +90,8 @@ bool graphs_allowed_by_env() {
 // draw), ids[R + p] for penalised row p (the argmax or draw over its penalised copy).
 struct ModelRunner::StepLayout {
   int64_t num_groups, num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
-      num_placeholders, num_prompt_rows, num_bias_entries = 0, num_masks = 0, mask_words = 0;
+      num_placeholders, num_prompt_rows, num_bias_entries = 0, num_masks = 0, mask_words = 0, num_checkpoint_targets = 0;
+  size_t checkpoint_slots = 0;
   size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, state_slots,
       sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, bias_entries = 0, mask_rows = 0,
       masks = 0, total_bytes;
@@ -119,6 +121,12 @@ struct ModelRunner::StepLayout {
     history = take(4 * h);
     placeholders = take(8 * q);
     total_bytes = at;
+  }
+  // Hybrid models' checkpoint slots per token, after every part a graph names (call before add_constraints).
+  void add_gdn_checkpoints() {
+    num_checkpoint_targets = num_tokens;
+    checkpoint_slots = total_bytes;
+    total_bytes = align16(checkpoint_slots + static_cast<size_t>(4 * num_tokens));
   }
   // The logit constraints' parts, after every part a graph names.
   void add_constraints(int64_t k, int64_t m, int64_t words) {
@@ -152,7 +160,7 @@ struct ModelRunner::StepSlot {
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots,
-                         std::optional<DType> kv_dtype)
+                         std::optional<DType> kv_dtype, int num_state_checkpoints)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
@@ -174,7 +182,7 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
     caches_.attention_layers.push_back(view);
   }
   if (spec.is_hybrid()) {
-    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots);
+    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots, num_state_checkpoints);
     caches_.gdn_layers = state_slots_->cache().views();
   }
   for (auto& slot : slots_) slot = std::make_unique<StepSlot>();
@@ -363,6 +371,9 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
   }
   cu_seqlens_q[layout.num_seqs] = token;
   if (state_slots_) state_slots_->write(reinterpret_cast<int32_t*>(base + layout.state_slots), layout.num_seqs);
+  if (layout.num_checkpoint_targets > 0)
+    state_slots_->write_checkpoints(plan, reinterpret_cast<int32_t*>(base + layout.checkpoint_slots),
+                                    layout.num_checkpoint_targets);
   CHECK(token == layout.num_tokens && sampling_row == layout.num_logits_rows && prompt_row == layout.num_prompt_rows);
   CHECK(penalised_row == layout.num_penalised && logprob_row == layout.num_logprob_rows &&
         history_ids == layout.num_history_ids && num_placeholders == layout.num_placeholders &&
@@ -431,6 +442,8 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
              {layout.num_seqs, layout.table_width}, DType::kI32));
   }
   if (state_slots_) batch.state_slots = view(layout.state_slots, {layout.num_seqs}, DType::kI32);
+  if (layout.num_checkpoint_targets > 0)
+    batch.gdn_checkpoint_slots = view(layout.checkpoint_slots, {layout.num_checkpoint_targets}, DType::kI32);
   return batch;
 }
 
@@ -504,6 +517,11 @@ ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const
                  : StepLayout(g, plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
                               num_logprob_rows, num_history_ids, num_placeholders, num_prompt_rows);
   CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a decode-only step with prompt_logprobs rows");
+  const bool writes_checkpoints = std::any_of(plan.rows.begin(), plan.rows.end(), [](const ScheduledRequest& row) {
+    return !row.state_checkpoints.empty();
+  });
+  CHECK_MSG(bucket == 0 || !writes_checkpoints, "[runner] a decode-only step writes GDN checkpoints");
+  if (writes_checkpoints) layout.add_gdn_checkpoints();
   if (num_bias_entries + num_masks > 0)
     layout.add_constraints(num_bias_entries, num_masks, (model_.config().vocab_size + 31) / 32);
   return ForwardShape{layout, max_seqlen_q, max_seqlen_k, bucket > 0};

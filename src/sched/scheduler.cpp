@@ -21,6 +21,13 @@ Status SchedulerConfig::validate() const {
     return invalid_argument("[scheduler] long_prefill_token_threshold must be >= 0, got {}",
                             long_prefill_token_threshold);
   }
+  if (gdn_chunk_tokens < 0) return invalid_argument("[scheduler] gdn_chunk_tokens must be >= 0, got {}", gdn_chunk_tokens);
+  if (gdn_chunk_tokens > 0 && enable_prefix_caching &&
+      (num_state_checkpoints < 1 || checkpoint_interval_tokens % gdn_chunk_tokens != 0 ||
+       checkpoint_interval_tokens % block_size != 0))
+    return invalid_argument("[scheduler] prefix caching of a hybrid model needs GDN state checkpoints on multiples of "
+                            "the block size and of the {}-token GDN chunk (got {} checkpoints every {} tokens)",
+                            gdn_chunk_tokens, num_state_checkpoints, checkpoint_interval_tokens);
   for (int32_t window : kv_group_windows) {
     if (window != kFullAttention && window < 1)
       return invalid_argument("[scheduler] a KV cache group window must be >= 1 or -1 (full), got {}", window);
@@ -37,7 +44,13 @@ namespace {
 KvCacheConfig kv_config_of(const SchedulerConfig& config) {
   const Status status = config.validate();
   CHECK_MSG(status.is_ok(), "{}", status.message());
-  return KvCacheConfig{config.num_blocks, config.block_size, config.enable_prefix_caching, config.kv_group_windows};
+  return KvCacheConfig{config.num_blocks,
+                       config.block_size,
+                       config.enable_prefix_caching,
+                       config.kv_group_windows,
+                       config.enable_prefix_caching ? config.num_state_checkpoints : 0,
+                       config.checkpoint_interval_tokens,
+                       config.min_recompute_tokens};
 }
 }  // namespace
 
@@ -89,7 +102,20 @@ int Scheduler::token_quota(const Request& request, int budget) const {
   if (config_.long_prefill_token_threshold > 0) {
     num_tokens = std::min(num_tokens, config_.long_prefill_token_threshold);
   }
-  return num_tokens;
+  return align_to_gdn_chunks(request.num_tokens_computed(), num_tokens, request.num_missing_tokens());
+}
+
+int Scheduler::align_to_gdn_chunks(int start, int num_tokens, int num_missing_tokens) const {
+  const int chunk = config_.gdn_chunk_tokens;
+  // A budget below one chunk could never schedule an aligned piece: such configs stay unaligned.
+  if (chunk == 0 || config_.max_step_tokens() < chunk || num_tokens >= num_missing_tokens) return num_tokens;
+  return std::max(0, (start + num_tokens) / chunk * chunk - start);
+}
+
+int Scheduler::num_cacheable_tokens(const Request& request) const {
+  // Decode steps run the GDN recurrence token by token, a prompt the chunked form: only prompt
+  // positions are cached, so a hit reproduces a cold prompt's bits.
+  return config_.gdn_chunk_tokens > 0 ? request.num_prompt_tokens() : INT32_MAX;
 }
 
 std::span<const TokenId> Scheduler::draft_quota(const Request& request, int budget, const DraftProposals* drafts) const {
@@ -142,7 +168,9 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
         request->num_planned_tokens() - request->num_prompt_tokens() >= request->sampling().max_tokens)
       continue;
     const std::span<const TokenId> request_drafts = draft_quota(*request, budget, drafts);
-    const int num_new_tokens = token_quota(*request, budget) + static_cast<int>(request_drafts.size());
+    const int num_tokens = token_quota(*request, budget);
+    if (num_tokens == 0) continue;  // its next GDN-chunk-aligned piece does not fit the budget left
+    const int num_new_tokens = num_tokens + static_cast<int>(request_drafts.size());
     bool fits = false;
     while (!(fits = kv_cache_.allocate(request->id(), request->num_tokens_computed(),
                                        num_new_tokens))) {
@@ -166,17 +194,19 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
     const CachedPrefix prefix =
         request->sampling().num_prompt_logprobs ? CachedPrefix{} : kv_cache_.lookup_prefix(request->token_ids());
     const int num_tokens_computed = prefix.num_cached_tokens;
-    const int num_new_tokens =
-        std::min({request->num_tokens() - num_tokens_computed, budget,
-                  config_.long_prefill_token_threshold > 0 ? config_.long_prefill_token_threshold
-                                                           : budget});
-    if (!kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
+    const int num_missing_tokens = request->num_tokens() - num_tokens_computed;
+    const int num_new_tokens = align_to_gdn_chunks(
+        num_tokens_computed,
+        std::min({num_missing_tokens, budget,
+                  config_.long_prefill_token_threshold > 0 ? config_.long_prefill_token_threshold : budget}),
+        num_missing_tokens);
+    if (num_new_tokens == 0 || !kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
       break;  // FIFO: a later, smaller request does not overtake the head of the queue
     }
     waiting_.pop_front();
     request->admit(num_tokens_computed);
     running_.push_back(request);
-    scheduled.push_back({request, num_new_tokens, /*is_new=*/true});
+    scheduled.push_back({request, num_new_tokens, /*is_new=*/true, prefix.state_checkpoint});
     budget -= num_new_tokens;
   }
 }
@@ -199,7 +229,7 @@ void Scheduler::preempt(Request* victim, std::vector<Scheduled>& scheduled, int&
   ++num_preemptions_;
 }
 
-ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
+ScheduledRequest Scheduler::make_row(const Scheduled& entry) {
   const Request& request = *entry.request;
   ScheduledRequest row;
   row.request_id = request.id();
@@ -220,6 +250,10 @@ ScheduledRequest Scheduler::make_row(const Scheduled& entry) const {
   }
   row.is_sampling = row.context_len() - row.num_draft_tokens == request.num_planned_tokens();
   row.is_new = entry.is_new;
+  row.restore_state_checkpoint = entry.restore_state_checkpoint;
+  if (config_.gdn_chunk_tokens > 0 && row.start_pos % config_.gdn_chunk_tokens == 0)  // checkpoints end GDN chunks
+    row.state_checkpoints = kv_cache_.reserve_checkpoints(request.id(), row.start_pos, row.context_len(),
+                                                          num_cacheable_tokens(request));
   row.num_prompt_tokens = request.num_prompt_tokens();
   row.num_output_tokens = request.num_planned_tokens() - request.num_prompt_tokens();
   row.sampling = request.sampling_ptr();
@@ -265,7 +299,9 @@ std::vector<RequestUpdate> Scheduler::commit(const StepPlan& plan, const StepRes
       CHECK_MSG(request->num_tokens_computed() >= row.context_len(),
                 "request {}: row ends at {} but {} tokens are computed", row.request_id, row.context_len(),
                 request->num_tokens_computed());
-      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), row.context_len());
+      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), row.context_len(),
+                                      num_cacheable_tokens(*request));
+      kv_cache_.publish_checkpoints(request->id(), row.state_checkpoints);
     }
     if (!sampled.empty()) commit_sampled(request, row, sampled, updates);
   }
@@ -291,7 +327,8 @@ void Scheduler::commit_sampled(Request* request, const ScheduledRequest& row, st
     for (size_t i = 0; i < num_accepted; ++i) ++num_spec_accepted_per_position_[i];
     if (request->status() == RequestStatus::kRunning) {
       // The kept tokens' KV: full blocks enter the prefix index, blocks past it go back to the pool.
-      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), request->num_tokens_computed());
+      kv_cache_.cache_computed_blocks(request->id(), request->token_ids(), request->num_tokens_computed(),
+                                      num_cacheable_tokens(*request));
       kv_cache_.trim(request->id(), request->num_tokens_computed());
     }
   }

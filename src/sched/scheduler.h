@@ -66,6 +66,14 @@ struct SchedulerConfig {
   // KV cache groups (cache/kv_cache_groups.h): the window of each, kFullAttention (-1) for full
   // attention. Empty = one full-attention group. Each row of a plan carries one block table per group.
   std::vector<int32_t> kv_group_windows;
+  // Hybrid (GDN) models: the delta rule's chunk in tokens (> 0 marks a hybrid model). A prefill piece
+  // that stops short of the request's end ends on a multiple of it, so a prompt is chunked alike
+  // whatever the batch and whatever prefix hit it starts from (bitwise equal outputs); with prefix
+  // caching, GDN state checkpoints every checkpoint_interval_tokens (KvCacheConfig) sit on those ends.
+  int gdn_chunk_tokens = 0;
+  int num_state_checkpoints = 0;
+  int checkpoint_interval_tokens = 0;
+  int min_recompute_tokens = 1;
   // Note: with max_num_batched_tokens < max_num_seqs, the newest decodes can wait for a step
   // (older requests are served first); correct, but set the budget >= max_num_seqs for fairness.
 
@@ -154,10 +162,16 @@ class Scheduler {
     Request* request;
     int num_new_tokens;
     bool is_new;
+    int32_t restore_state_checkpoint = -1;
     std::span<const TokenId> drafts = {};  // the last drafts.size() of num_new_tokens
   };
 
   int token_quota(const Request& request, int budget) const;
+  // Hybrid models: a piece that stops before the request's end shortened to end on a GDN chunk.
+  // (start = the piece's first position; a piece of all missing tokens stays whole.)
+  int align_to_gdn_chunks(int start, int num_tokens, int num_missing_tokens) const;
+  // The tokens of a request whose KV and GDN state may enter the prefix cache.
+  int num_cacheable_tokens(const Request& request) const;
   // The drafts a decoding request computes this step: a prefix of its proposal that fits.
   std::span<const TokenId> draft_quota(const Request& request, int budget, const DraftProposals* drafts) const;
   void schedule_running(std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan, const DraftProposals* drafts);
@@ -166,7 +180,7 @@ class Scheduler {
                       std::vector<RequestUpdate>& updates);
   void admit_waiting(std::vector<Scheduled>& scheduled, int& budget);
   void preempt(Request* victim, std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
-  ScheduledRequest make_row(const Scheduled& entry) const;
+  ScheduledRequest make_row(const Scheduled& entry);  // reserves the row's GDN checkpoints
   void finish(Request* request, FinishReason reason);
 
   SchedulerConfig config_;

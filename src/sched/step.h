@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/checkpoint_pool.h"
 #include "cache/ids.h"
 #include "sched/request.h"
 
@@ -72,6 +73,10 @@ struct ScheduledRequest {
   // start_pos + 1, ... of this row predict (prompt ids start_pos + 1 ...), one per prompt position
   // of the row but the prompt's last; the runner computes a logits row for each. Empty otherwise.
   std::vector<TokenId> prompt_logprob_targets;
+  // Hybrid models' prefix cache: the GDN state an is_new row starts from (the checkpoint of its
+  // prefix hit; -1 = zeros), and the checkpoints this row writes (states after some of its tokens).
+  int32_t restore_state_checkpoint = -1;
+  std::vector<PlannedCheckpoint> state_checkpoints;
 
   // Speculative decoding: the last num_draft_tokens of token_ids are drafts; the runner samples the
   // target at each of the 1 + num_draft_tokens last positions (draw num_output_tokens + i of the

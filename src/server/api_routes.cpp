@@ -12,6 +12,7 @@
 
 #include "core/version.h"
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/json_fields.h"
 #include "server/metrics_text.h"
 #include "server/openai_response.h"
@@ -155,6 +156,11 @@ void handle_detokenize(const ServingContext& context, const HttpRequest& request
   writer.respond(json_response(Json{{"prompt", context.tokenizer->decode(ids, /*skip_special_tokens=*/false)}}));
 }
 
+// resolve() sends here only paths that are files of the page.
+void handle_chat_page(const ServingContext&, const HttpRequest& request, ResponseWriter& writer) {
+  writer.respond(chat_page_response(*find_chat_page_file(request.path)));
+}
+
 const std::vector<Route>& routes() {
   static const std::vector<Route> table = {
       {"POST", "/v1/completions", true, handle_completions},
@@ -170,12 +176,23 @@ const std::vector<Route>& routes() {
   return table;
 }
 
+// The routes of `path`: those of the table, or the chat page's (open: the page itself holds no
+// data, and asks for the key its /v1 calls need) while it is on.
+std::vector<const Route*> routes_of(const ServingContext& context, std::string_view path) {
+  static const Route chat_page_route = {"GET", "", false, handle_chat_page};
+  std::vector<const Route*> found;
+  for (const Route& route : routes())
+    if (route.path == path) found.push_back(&route);
+  if (context.serve_chat_page && find_chat_page_file(path) != nullptr) found.push_back(&chat_page_route);
+  return found;
+}
+
 // The route of a request, or the response that refuses it (404, 405 with Allow, 401): decided from
 // the head alone, so refused bodies are never read.
 std::variant<const Route*, HttpResponse> resolve(const ServingContext& context, const HttpRequest& request) {
   std::string allowed;
-  for (const Route& route : routes()) {
-    if (route.path != request.path) continue;
+  for (const Route* found : routes_of(context, request.path)) {
+    const Route& route = *found;
     if (route.method != request.method) {
       allowed += allowed.empty() ? std::string(route.method) : ", " + std::string(route.method);
       continue;

@@ -4,6 +4,7 @@
 //   POST /v1/completions  /v1/chat/completions  /tokenize  /detokenize     (API key when set)
 //   GET  /v1/models                                                       (API key when set)
 //   GET  /health  /metrics  /version                                      (always open)
+//   GET  /  /ui/NAME           the chat page (chat_page.h), unless serve --no-ui (always open)
 //
 // Routing and the API key are checked on the head, before the body is read (HttpService::screen_head):
 // 404 unknown path, 405 other method (with Allow; HEAD included, answered without a body), 401.

@@ -33,6 +33,8 @@ struct ServingContext {
   // Text prompts longer than this (bytes) cannot fit in max_model_len tokens and are refused before
   // tokenizing (0: no such check). Filled by make_api_handler (see prompt_byte_limit.h).
   size_t max_prompt_bytes = 0;
+  // The built-in chat page at / (chat_page.h); `pagellm serve` turns it on unless --no-ui.
+  bool serve_chat_page = false;
 };
 
 }  // namespace pagellm::server

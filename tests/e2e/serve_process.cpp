@@ -147,14 +147,17 @@ std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const Se
     *why = "node is not installed";
     return std::nullopt;
   }
-  const std::string command = "cd '" + js.string() + "' && PAGELLM_BASE_URL=" + server.base_url() +
-                              " PAGELLM_MODEL=" + kModelName + " node --test " + test_file + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *why = "popen failed";
-    return std::nullopt;
-  }
+  return run_shell("cd '" + js.string() + "' && PAGELLM_BASE_URL=" + server.base_url() + " PAGELLM_MODEL=" + kModelName +
+                   " node --test " + test_file);
+}
+
+NodeTestRun run_shell(const std::string& command) {
   NodeTestRun run;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) {
+    run.output = "popen failed";
+    return run;
+  }
   char buffer[4096];
   size_t n;
   while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);

@@ -48,6 +48,8 @@ struct NodeTestRun {
   int exit_code = -1;
   std::string output;
 };
+// Runs `command` under sh, stdout and stderr together; popen's failure is exit_code -1.
+NodeTestRun run_shell(const std::string& command);
 std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const ServeProcess& server, std::string* why);
 
 // In a test body: FILE's node tests against SERVER all pass, NUM_PASSED of them.

@@ -68,6 +68,25 @@ TEST(CliGenerate, PrintsTheTokensTransformersWrote) {
   }
 }
 
+TEST(CliGenerate, TensorParallelRanksPrintTheSameTokens) {
+  // vLLM's -tp short form and the long flag; 4 ranks over the fixture's 4 KV heads, 2 over its 4 query heads.
+  std::ifstream in(kFixture / "expected.json");
+  const auto expected = nlohmann::json::parse(in);
+  const auto& c = expected["cases"][0];
+  const auto want = c["greedy_token_ids"].get<std::vector<int>>();
+  for (const std::string flag : {"-tp 2", "--tensor-parallel-size 4"}) {
+    const CommandResult r = run("generate --model " + kFixture.string() + " --prompt-ids " +
+                                join(c["prompt_ids"].get<std::vector<int>>()) + " --max-tokens " +
+                                std::to_string(want.size()) + " --output json " + flag);
+    ASSERT_EQ(r.exit_code, 0) << flag << ": " << r.stderr_text;
+    EXPECT_EQ(nlohmann::json::parse(r.stdout_text)["outputs"][0]["token_ids"].get<std::vector<int>>(), want) << flag;
+  }
+  const CommandResult bad = run("generate --model " + kFixture.string() + " --prompt-ids 1,2 -tp 3");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.stderr_text.find("--tensor-parallel-size 3 does not divide num_attention_heads 4"), std::string::npos)
+      << bad.stderr_text;
+}
+
 TEST(CliGenerate, PromptsFileGivesJsonLinesInInputOrder) {
   const fs::path file = fs::temp_directory_path() / ("pagellm_prompts_" + std::to_string(::getpid()) + ".jsonl");
   std::ofstream(file) << "{\"prompt_ids\": [1, 2, 3], \"max_tokens\": 4}\n{\"prompt_ids\": [7], \"max_tokens\": 2}\n";

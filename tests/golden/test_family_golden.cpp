@@ -52,7 +52,7 @@ TEST(FamilyGolden, EveryFamilyHasAFixture) {
     architectures.insert(config->architecture);
   }
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Gemma2ForCausalLM",
-                           "Gemma3ForCausalLM", "Qwen3MoeForCausalLM"})
+                           "Gemma3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"})
     EXPECT_TRUE(architectures.contains(arch)) << arch;
 }
 

@@ -134,9 +134,11 @@ TEST_P(HybridGolden, PreemptedRequestsRecomputeToTheSameTokens) {
     config.max_num_seqs = kSeqs;
     config.async_scheduling = async;
     config.max_model_len = 128;
-    // The state of kSeqs requests, and num_blocks KV blocks (at least as much: state gets at most half).
+    // The state of kSeqs requests, then num_blocks KV blocks (at least as much: state gets at most half)
+    // twice over: the prefix cache's GDN checkpoints take half of what the state leaves.
     const int64_t state_bytes = state_cache_bytes(spec, kSeqs);
-    config.kv_cache_memory_bytes = state_bytes + std::max(state_bytes, num_blocks * spec.kv_bytes_per_block(kBlockSize));
+    config.kv_cache_memory_bytes =
+        state_bytes + 2 * std::max(state_bytes, num_blocks * spec.kv_bytes_per_block(kBlockSize));
     auto llm = make_test_llm(dir, config);
     std::vector<GenerateRequest> requests;
     for (const auto& p : prompts) requests.push_back(greedy_request(p, kOutputTokens));

@@ -256,7 +256,7 @@ TEST(QuantizationFlag, ContradictionsAreOneLineErrors) {
             "quantization_config); pagellm quantizes unquantized checkpoints to fp8 only");
   auto unknown = load_model(dense.string(), **backend, std::nullopt, "int8");
   ASSERT_FALSE(unknown.has_value());
-  EXPECT_EQ(unknown.status().message(), "[engine] --quantization 'int8' is not one of fp8, awq, gptq");
+  EXPECT_EQ(unknown.status().message(), "[engine] --quantization 'int8' is not one of fp8, awq, gptq, mxfp4");
 }
 
 }  // namespace

@@ -91,7 +91,10 @@ std::vector<double> attention(const TensorView& q, const TensorView& k_cache, co
           any = true;
         }
         if (!any) continue;  // stays zero
-        double denominator = 0;
+        const bool has_sink = params.sinks.data != nullptr;
+        const double sink = has_sink ? params.sinks.ptr<const float>()[h] : 0.0;
+        if (has_sink) max_score = std::max(max_score, sink);
+        double denominator = has_sink ? std::exp(sink - max_score) : 0.0;
         for (int64_t j = 0; j < context_len; ++j) {
           if (!allowed[static_cast<size_t>(j)]) continue;
           scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - max_score);

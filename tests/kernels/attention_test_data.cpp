@@ -107,6 +107,10 @@ DenseInputs make_dense_inputs(const AttentionCase& c, Rng& rng) {
     in.keys.push_back(std::move(k));
     in.values.push_back(std::move(v));
   }
+  if (c.sinks) {  // drawn last: cases without sinks keep their numbers
+    in.sinks = Tensor::cpu({c.num_heads}, DType::kF32);
+    for (int64_t h = 0; h < c.num_heads; ++h) in.sinks.ptr<float>()[h] = rng.uniform(0.0f, 8.0f);
+  }
   return in;
 }
 
@@ -167,6 +171,7 @@ AttentionParams make_params(const AttentionCase& c, const DenseInputs& in, const
   params.sliding_window = c.window;
   params.softcap = c.softcap;
   if (c.fp8_cache) params.kv_scales = c.kv_scales;
+  if (c.sinks) params.sinks = in.sinks.view();
   for (const SeqShape& seq : c.seqs) {
     params.max_seqlen_q = std::max(params.max_seqlen_q, static_cast<int32_t>(seq.q_len));
     params.max_seqlen_k = std::max(params.max_seqlen_k, static_cast<int32_t>(seq.context_len));

@@ -42,6 +42,9 @@ struct AttentionCase {
   // are what attention must read back, float(stored) * scale; q and out keep `dtype`.
   bool fp8_cache = false;
   KvScales kv_scales{};
+  // Attention sinks (AttentionParams::sinks): one logit per query head, drawn from [0, 8], so the
+  // sink outweighs every key on some rows and is negligible on others.
+  bool sinks = false;
 };
 
 // The inputs of a case that do not depend on paging. Values are drawn in f32 and rounded to the
@@ -51,6 +54,7 @@ struct DenseInputs {
   Tensor cu_seqlens_q;                           // [num_seqs + 1], i32
   Tensor seq_lens_k;                             // [num_seqs], i32
   std::vector<std::vector<float>> keys, values;  // per sequence: [context_len, num_kv_heads, head_dim]
+  Tensor sinks;                                  // [num_heads] f32 when the case has sinks
   int64_t num_tokens = 0;
 };
 

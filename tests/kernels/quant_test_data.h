@@ -83,6 +83,27 @@ inline Int4Weight random_int4_weight(int64_t n, int64_t k, int64_t group_size, R
   return f;
 }
 
+struct Mxfp4Weight {
+  Tensor blocks;       // [N, K / 2] u8
+  Tensor scales;       // [N, K / 32] u8 (e8m0)
+  Tensor dequantized;  // [N, K] f32
+};
+
+// Every nibble with equal odds; exponents 2^-10 .. 2^-3 (gpt-oss's experts sit around there), and
+// a few extreme ones (2^-127, 2^0) in the first row.
+inline Mxfp4Weight random_mxfp4_weight(int64_t n, int64_t k, Rng& rng) {
+  Mxfp4Weight f;
+  f.blocks = Tensor::cpu({n, k / 2}, DType::kU8);
+  for (int64_t i = 0; i < f.blocks.numel(); ++i) f.blocks.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng.below(256));
+  f.scales = Tensor::cpu({n, k / 32}, DType::kU8);
+  for (int64_t i = 0; i < f.scales.numel(); ++i) f.scales.ptr<uint8_t>()[i] = static_cast<uint8_t>(117 + rng.below(8));
+  f.scales.ptr<uint8_t>()[0] = 0;
+  if (k >= 64) f.scales.ptr<uint8_t>()[1] = 127;
+  f.dequantized = Tensor::cpu({n, k}, DType::kF32);
+  cpu::dequantize_mxfp4_rows(f.blocks, f.scales, 0, n, f.dequantized.ptr<float>());
+  return f;
+}
+
 // W[n, k] computed straight from the format's definition in backend.h, independently of
 // cpu::dequantize_*_rows (the test of those functions).
 inline float fp8_weight_by_definition(const Fp8Weight& f, int64_t n, int64_t k) {
@@ -99,6 +120,17 @@ inline float int4_weight_by_definition(const Int4Weight& f, int64_t n, int64_t k
   const int q = static_cast<int>((word >> (4 * (k % 8))) & 0xf);
   const int64_t g = n * groups + k / f.group_size;
   return static_cast<float>((q - f.zeros.ptr<uint8_t>()[g]) * static_cast<double>(f.scales.ptr<float>()[g]));
+}
+
+// The OCP e2m1 code: sign, 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal (0, 0.5).
+inline float mxfp4_weight_by_definition(const Mxfp4Weight& f, int64_t n, int64_t k) {
+  const int64_t bytes = f.blocks.size(1);
+  const uint8_t byte = f.blocks.ptr<uint8_t>()[n * bytes + k / 2];
+  const int code = k % 2 == 0 ? byte & 0xf : byte >> 4;
+  const int exponent = (code >> 1) & 3, mantissa = code & 1;
+  const double magnitude = exponent == 0 ? 0.5 * mantissa : std::ldexp(1.0 + 0.5 * mantissa, exponent - 1);
+  const double scale = std::ldexp(1.0, static_cast<int>(f.scales.ptr<uint8_t>()[n * (bytes / 16) + k / 32]) - 127);
+  return static_cast<float>(((code & 8) ? -magnitude : magnitude) * scale);
 }
 
 // The f64 product of x (any dtype, dense [M, K]) and W [N, K] f32, and for each element the sum of

@@ -110,6 +110,70 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(0.0f, 50.0f), ::testing::Values(DType::kF32, DType::kBF16)),
     grid_name);
 
+// Attention sinks (gpt-oss): one extra logit per head in the softmax denominator, through decode,
+// prefill, mixed and split-KV batches, sliding windows and GQA groups.
+// (head pair index, head_dim, mix index, window, dtype)
+using SinkGridParam = std::tuple<int, int64_t, int, int32_t, DType>;
+
+class AttentionSinkGrid : public ::testing::TestWithParam<SinkGridParam> {};
+
+TEST_P(AttentionSinkGrid, MatchesReference) {
+  const auto [pair_index, head_dim, mix_index, window, dtype] = GetParam();
+  AttentionCase c;
+  c.num_heads = kHeadPairs[pair_index].num_heads;
+  c.num_kv_heads = kHeadPairs[pair_index].num_kv_heads;
+  c.head_dim = head_dim;
+  c.seqs = seq_mix(mix_index).seqs;
+  c.window = window;
+  c.dtype = dtype;
+  c.sinks = true;
+  c.seed = 7001u * static_cast<uint64_t>(pair_index * 7 + mix_index) + static_cast<uint64_t>(head_dim) +
+           (window > 0 ? 13u : 0u) + (dtype == DType::kBF16 ? 37u : 0u);
+  check_case(c, {16, 32});
+}
+
+std::string sink_grid_name(const ::testing::TestParamInfo<SinkGridParam>& info) {
+  const auto [pair_index, head_dim, mix_index, window, dtype] = info.param;
+  const HeadPair& heads = kHeadPairs[pair_index];
+  return fmt::format("q{}kv{}_hd{}_{}_{}_{}", heads.num_heads, heads.num_kv_heads, head_dim, seq_mix(mix_index).name,
+                     window > 0 ? fmt::format("win{}", window) : "full", dtype_name(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Triangle, AttentionSinkGrid,
+    ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values<int64_t>(64, 128), ::testing::Values(0, 1, 2, 3),
+                       ::testing::Values<int32_t>(-1, 128), ::testing::Values(DType::kF32, DType::kBF16)),
+    sink_grid_name);
+
+// The sinks of the grid above change the output well beyond the tolerance (so a kernel that ignored
+// them would fail there), and a sink far below every score changes nothing measurable.
+TEST(AttentionSinks, ChangeTheOutputAndVanishWhenTiny) {
+  AttentionCase c;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.seqs = {{1, 300}, {7, 40}, {1, 1}};
+  c.sinks = true;
+  Rng rng(5);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  const PagedInputs paged = page_inputs(c, in, 16, rng);
+  AttentionParams params = make_params(c, in, paged);
+  const std::vector<double> with_sinks = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+  AttentionParams none = params;
+  none.sinks = {};
+  const std::vector<double> without = reference::attention(in.q, paged.k_cache, paged.v_cache, none);
+  double largest_change = 0;
+  for (size_t i = 0; i < with_sinks.size(); ++i) largest_change = std::max(largest_change, std::abs(with_sinks[i] - without[i]));
+  EXPECT_GT(largest_change, 0.05);
+
+  Tensor tiny = Tensor::cpu({c.num_heads}, DType::kF32);
+  for (int64_t h = 0; h < c.num_heads; ++h) tiny.ptr<float>()[h] = -200.0f;
+  params.sinks = tiny.view();
+  Tensor out = Tensor::cpu({in.num_tokens, c.num_heads, c.head_dim}, c.dtype);
+  cpu::attention(out, in.q, paged.k_cache, paged.v_cache, params);
+  EXPECT_EQ(compare(without, out, tolerance_vs_reference(c.dtype)), "");
+}
+
 // The FP8 KV cache: caches of e4m3(x / scale) with per-layer scales far from 1 (so a kernel that
 // forgets a scale fails), read as float(stored) * scale by the reference and every implementation.
 // (head pair index, head_dim, mix index, window, q/out dtype)

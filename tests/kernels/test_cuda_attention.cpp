@@ -23,7 +23,7 @@ namespace {
 using namespace attention_test;
 
 struct DeviceParams {
-  Tensor cu_seqlens_q, seq_lens_k, block_tables;
+  Tensor cu_seqlens_q, seq_lens_k, block_tables, sinks;
   AttentionParams params;
 };
 
@@ -36,6 +36,10 @@ DeviceParams params_to_device(Backend& gpu, const AttentionParams& host) {
   d.params.cu_seqlens_q = d.cu_seqlens_q.view();
   d.params.seq_lens_k = d.seq_lens_k.view();
   d.params.block_tables = d.block_tables.view();
+  if (host.sinks.data != nullptr) {
+    d.sinks = to_device(gpu, host.sinks);
+    d.params.sinks = d.sinks.view();
+  }
   return d;
 }
 
@@ -295,6 +299,61 @@ TEST(CudaAttention, DecodeGroupsAgainstReference) {
                         tolerance_vs_reference(c.dtype)), "");
     }
   }
+}
+
+// Attention sinks in every kernel: the general kernel (f32 prompts) with and without split-KV, the
+// decode kernel with few rows (split, merged by decode_merge_kernel) and many (one pass), and the
+// tensor-core prefill kernel (bf16 prompts); with sliding windows and GQA groups; against the f64
+// reference and the CPU kernel.
+TEST(CudaAttention, SinksInEveryKernel) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const std::vector<SeqShape> mixes[] = {
+      {{1, 1328}, {5, 18}, {129, 463}},          // mixed: decode + general / prefill
+      {{1, 1}, {1, 128}, {1, 2048}},             // decode, few rows: split
+      {{300, 300}, {70, 500}, {2, 2}},           // prefill
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t head_dim : {64, 128}) {
+      for (int32_t window : {-1, 128}) {
+        for (size_t mix = 0; mix < std::size(mixes); ++mix) {
+          AttentionCase c;
+          c.num_heads = 8;
+          c.num_kv_heads = 2;
+          c.head_dim = head_dim;
+          c.seqs = mixes[mix];
+          c.window = window;
+          c.dtype = dtype;
+          c.sinks = true;
+          SCOPED_TRACE(fmt::format("{} head_dim {} window {} mix {}", dtype_name(dtype), head_dim, window, mix));
+          Rng rng(static_cast<uint64_t>(head_dim * 7 + mix * 3 + (window > 0 ? 1 : 0)));
+          const DenseInputs in = make_dense_inputs(c, rng);
+          const PagedInputs paged = page_inputs(c, in, 16, rng);
+          const AttentionParams params = make_params(c, in, paged);
+          const std::vector<double> expected = reference::attention(in.q, paged.k_cache, paged.v_cache, params);
+          const Tensor got = run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, dtype);
+          EXPECT_EQ(compare(expected, got, tolerance_vs_reference(dtype)), "") << "cuda vs reference";
+          Tensor cpu_out = Tensor::cpu({in.num_tokens, c.num_heads, c.head_dim}, dtype);
+          cpu::attention(cpu_out, in.q, paged.k_cache, paged.v_cache, params);
+          EXPECT_EQ(compare(to_doubles(cpu_out), got, tolerance_between(dtype)), "") << "cuda vs cpu";
+        }
+      }
+    }
+  }
+  // Many decode rows: the decode kernel in one pass.
+  AttentionCase c;
+  c.num_heads = 16;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.dtype = DType::kBF16;
+  c.sinks = true;
+  for (int64_t s = 0; s < 140; ++s) c.seqs.push_back({1, 1 + (s * 97) % 700});
+  Rng rng(77);
+  const DenseInputs in = make_dense_inputs(c, rng);
+  const PagedInputs paged = page_inputs(c, in, 16, rng);
+  const AttentionParams params = make_params(c, in, paged);
+  EXPECT_EQ(compare(reference::attention(in.q, paged.k_cache, paged.v_cache, params),
+                    run_cuda(*gpu, in.q, paged.k_cache, paged.v_cache, params, c.dtype), tolerance_vs_reference(c.dtype)),
+            "");
 }
 
 // q as a strided view into a fused qkv buffer, out in f32 for bf16 inputs.

@@ -221,7 +221,9 @@ struct DeltaInputs {
     state0 = batch.state({batch.num_slots, s.hv, s.dk, s.dv}, DType::kF32, rng, 0.3f);
   }
 
-  std::pair<Tensor, Tensor> run(Backend& backend, GdnAlgo algo, int32_t max_seqlen_q = 0) const {
+  // checkpoints: GdnParams::checkpoint_slots [T], or empty.
+  std::pair<Tensor, Tensor> run(Backend& backend, GdnAlgo algo, int32_t max_seqlen_q = 0,
+                                const std::vector<int32_t>& checkpoints = {}) const {
     const int64_t t = batch.num_tokens(), key_dim = s.hk * s.dk;
     const Tensor cu = to_device(backend, i32_tensor(batch.cu).view());
     const Tensor slots = to_device(backend, i32_tensor(batch.slots).view());
@@ -229,11 +231,12 @@ struct DeltaInputs {
     const Tensor d_alog = to_device(backend, a_log.view()), d_dtb = to_device(backend, dt_bias.view());
     Tensor d_state = to_device(backend, state0.view());
     Tensor d_out = poisoned(backend, {t, s.hv, s.dv}, dtype);
+    const Tensor d_checkpoints = checkpoints.empty() ? Tensor() : to_device(backend, i32_tensor(checkpoints).view());
     const TensorView cv = d_conv.view(), abv = d_ab.view();
     backend.gdn_delta_rule(d_out.view(), heads_of(cv, 0, s.hk, s.dk), heads_of(cv, key_dim, s.hk, s.dk),
                            heads_of(cv, 2 * key_dim, s.hv, s.dv), columns_of(abv, 8 + s.hv, s.hv),
                            columns_of(abv, 8, s.hv), d_alog.view(), d_dtb.view(), d_state.view(),
-                           GdnParams{cu.view(), slots.view(), max_seqlen_q, algo});
+                           GdnParams{cu.view(), slots.view(), max_seqlen_q, algo, d_checkpoints.view()});
     return {to_host(backend, d_out.view()), to_host(backend, d_state.view())};
   }
 };
@@ -303,6 +306,75 @@ TEST(CudaGdn, ChunkedDeltaRuleMatchesCpuChunkedAndRecurrent) {
       EXPECT_EQ(compare_tensors(cpu_recurrent.first, got.first, tol.rel, 2 * tol.abs), "") << "out vs CPU recurrent";
       EXPECT_EQ(compare_tensors(cpu_recurrent.second, got.second, 1e-4, 4e-5), "") << "state vs CPU recurrent";
     }
+  }
+}
+
+// One slot's rows of a state tensor [num_slots, ...].
+Tensor slot_of(const Tensor& state, int64_t slot) { return rows_of_seqs(state, Batch({1}, {static_cast<int32_t>(slot)}, {false}), {0}, true); }
+
+// Prefix-cache checkpoints (GdnParams::checkpoint_slots): the state after tokens 64 and 128 of a
+// 200-token sequence, and after token 64 of a 70-token one behind it, lands in its checkpoint slot,
+// bitwise the state a run of that prefix alone leaves (same chunks), in the chunked and the
+// recurrent kernel; and within the CPU comparison's tolerance of the CPU's checkpoints.
+TEST(CudaGdn, DeltaRuleCheckpointsHoldTheStateAfterTheirToken) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  const Batch full({200, 1, 70}, {0, 1, 2}, {true, false, true});
+  std::vector<int32_t> targets(static_cast<size_t>(full.num_tokens()), -1);
+  targets[63] = 5;
+  targets[127] = 6;
+  targets[static_cast<size_t>(full.cu[2]) + 63] = 7;
+  const std::pair<int64_t, Batch> prefixes[] = {{5, Batch({64}, {0}, {true})},
+                                                {6, Batch({128}, {0}, {true})},
+                                                {7, Batch({201, 64}, {3, 2}, {false, true})}};
+  const int64_t prefix_slot[] = {0, 0, 2};
+  for (GdnAlgo algo : {GdnAlgo::kChunked, GdnAlgo::kRecurrent}) {
+    for (DType dtype : kFloatTypes) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), algo == GdnAlgo::kChunked ? "chunked" : "recurrent"));
+      const DeltaInputs in({16, 16, 128, 128}, dtype, full, 77);
+      const auto got = in.run(*gpu, algo, 0, targets);
+      const auto cpu_got = in.run(cpu, algo, 0, targets);
+      for (size_t i = 0; i < std::size(prefixes); ++i) {
+        DeltaInputs alone = in;
+        alone.batch = prefixes[i].second;
+        const auto want = alone.run(*gpu, algo);
+        EXPECT_EQ(compare_tensors(slot_of(want.second, prefix_slot[i]), slot_of(got.second, prefixes[i].first), 0, 0), "")
+            << "checkpoint slot " << prefixes[i].first;
+        EXPECT_EQ(compare_tensors(slot_of(cpu_got.second, prefixes[i].first), slot_of(got.second, prefixes[i].first), 1e-4, 2e-5), "")
+            << "checkpoint slot " << prefixes[i].first << " vs CPU";
+      }
+    }
+  }
+}
+
+// gdn_conv1d's checkpoints: the last K-1 inputs after the token, as a run of the prefix leaves them.
+TEST(CudaGdn, Conv1dCheckpointsHoldTheInputsBeforeTheirPosition) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  constexpr int64_t kKernel = 4, kChannels = 300;
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Rng rng(5);
+    const Batch full({130, 70}, {0, 1}, {true, true});
+    const Tensor x = random_tensor({full.num_tokens(), kChannels}, dtype, rng, -2.0f, 2.0f);
+    const Tensor weight = random_tensor({kChannels, kKernel}, dtype, rng, -0.6f, 0.6f);
+    std::vector<int32_t> targets(static_cast<size_t>(full.num_tokens()), -1);
+    targets[63] = 4;
+    targets[static_cast<size_t>(full.cu[1]) + 63] = 5;
+    auto run = [&](const Batch& batch, const std::vector<int32_t>& checkpoints) {
+      GpuParams p(*gpu, batch);
+      const Tensor d_targets = checkpoints.empty() ? Tensor() : to_device(*gpu, i32_tensor(checkpoints).view());
+      p.params.checkpoint_slots = d_targets.view();
+      Tensor d_x = to_device(*gpu, x.view()), d_weight = to_device(*gpu, weight.view());
+      Tensor zeros = Tensor::cpu({8, kChannels, kKernel - 1}, dtype);
+      std::memset(zeros.ptr<char>(), 0, static_cast<size_t>(zeros.nbytes()));
+      Tensor d_state = to_device(*gpu, zeros.view());
+      Tensor d_out = poisoned(*gpu, {full.num_tokens(), kChannels}, dtype);
+      gpu->gdn_conv1d(d_out.view(), d_x.view(), d_weight.view(), d_state.view(), p.params);
+      return to_host(*gpu, d_state.view());
+    };
+    const Tensor got = run(full, targets);
+    EXPECT_EQ(compare_tensors(slot_of(run(Batch({64}, {0}, {true}), {}), 0), slot_of(got, 4), 0, 0), "");
+    EXPECT_EQ(compare_tensors(slot_of(run(Batch({130, 64}, {3, 1}, {true, true}), {}), 1), slot_of(got, 5), 0, 0), "");
   }
 }
 

@@ -71,6 +71,18 @@ QuantCase int4_case(Backend& gpu, int64_t n, int64_t k, int64_t group_size, Rng&
   return c;
 }
 
+QuantCase mxfp4_case(Backend& gpu, int64_t n, int64_t k, Rng& rng) {
+  const Mxfp4Weight f = random_mxfp4_weight(n, k, rng);
+  QuantCase c;
+  c.name = fmt::format("mxfp4 [{}, {}]", n, k);
+  c.dequantized = f.dequantized;
+  c.device_tensors = {to_device(gpu, f.blocks.view()), to_device(gpu, f.scales.view())};
+  c.op = [](Backend& b, TensorView out, const TensorView& x, const std::vector<Tensor>& w) {
+    b.matmul_mxfp4(out, x, w[0], w[1]);
+  };
+  return c;
+}
+
 // Every piece width of the GEMV (fp8 16/8 bytes, int4 16/8/4), blocks it refuses (fp8 block_k 16,
 // int4 group 8, K % 8 != 0), partial blocks in N and K, an N not a multiple of 8, long K (several
 // warps, several rounds of loads per warp).
@@ -90,6 +102,8 @@ std::vector<QuantCase> all_cases(Backend& gpu, Rng& rng) {
   cases.push_back(int4_case(gpu, 9, 64, 8, rng));            // group 8: dequantization path
   cases.push_back(int4_case(gpu, 72, 8192, 128, rng));       // 16 warps of 2 batches
   cases.push_back(int4_case(gpu, 17, 12288, 32, rng));       // 4-byte pieces, 6 batches of loads per warp
+  cases.push_back(mxfp4_case(gpu, 192, 64, rng));            // MXFP4: the dequantization path
+  cases.push_back(mxfp4_case(gpu, 40, 2880, rng));           // gpt-oss's hidden size
   return cases;
 }
 

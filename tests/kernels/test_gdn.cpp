@@ -57,7 +57,9 @@ struct DeltaCase {
   int64_t num_tokens() const { return cu.back(); }
 
   // Runs the op over sequences [first, last) on `state_inout`; returns out [T_range, Hv, dv].
-  Tensor run(Tensor& state_inout, GdnAlgo algo, size_t first = 0, size_t last = SIZE_MAX) const {
+  // checkpoints: GdnParams::checkpoint_slots over the range's rows, or empty.
+  Tensor run(Tensor& state_inout, GdnAlgo algo, size_t first = 0, size_t last = SIZE_MAX,
+             const std::vector<int32_t>& checkpoints = {}) const {
     last = std::min(last, lengths.size());
     const int64_t t0 = cu[first], t1 = cu[last];
     std::vector<int32_t> sub_cu, sub_slots;
@@ -65,7 +67,8 @@ struct DeltaCase {
     for (size_t s = first; s < last; ++s) sub_slots.push_back(slots[s]);
     Tensor cu_t = i32_tensor(sub_cu), slots_t = i32_tensor(sub_slots);
     Tensor out = Tensor::cpu({t1 - t0, kHv, kDv}, DType::kF32);
-    GdnParams params{cu_t.view(), slots_t.view(), 0, algo};
+    const Tensor targets = checkpoints.empty() ? Tensor() : i32_tensor(checkpoints);
+    GdnParams params{cu_t.view(), slots_t.view(), 0, algo, targets.view()};
     CpuBackend backend;
     backend.gdn_delta_rule(out, q.view().slice_rows(t0, t1), k.view().slice_rows(t0, t1), v.view().slice_rows(t0, t1),
                            a.view().slice_rows(t0, t1), b.view().slice_rows(t0, t1), a_log, dt_bias, state_inout,
@@ -177,6 +180,54 @@ TEST(GdnDeltaRule, ChunkedPrefillOverSeveralCallsCarriesTheState) {
   }
   EXPECT_LT(max_abs_diff(out_whole, out_split), 2e-5);
   EXPECT_LT(max_abs_diff(state_whole, state_split), 2e-5);
+}
+
+// One slot of a state tensor [slots, ...] as a tensor of its own.
+Tensor slot_of(const Tensor& state, int64_t slot) { return copy_of(Tensor(state.view().slice_rows(slot, slot + 1), nullptr)); }
+
+// Prefix-cache checkpoints: the state after tokens 64 and 128 of a 150-token sequence lands in
+// slots 3 and 4, bitwise the state the 64- and 128-token prefixes leave alone (in both forms).
+TEST(GdnDeltaRule, CheckpointsEqualThePrefixComputedAlone) {
+  for (GdnAlgo algo : {GdnAlgo::kAuto, GdnAlgo::kRecurrent}) {
+    const DeltaCase whole({150}, {0}, 3);
+    Tensor state = copy_of(whole.state);
+    std::vector<int32_t> targets(150, -1);
+    targets[63] = 3;
+    targets[127] = 4;
+    whole.run(state, algo, 0, 1, targets);
+    for (const auto [prefix, slot] : {std::pair{64, 3}, std::pair{128, 4}}) {
+      const DeltaCase split({prefix, 150 - prefix}, {0, 1}, 3);  // same seed: the same token rows
+      Tensor alone = copy_of(split.state);
+      split.run(alone, algo, 0, 1);
+      EXPECT_TRUE(bitwise_equal(slot_of(alone, 0), slot_of(state, slot))) << "after " << prefix << " tokens";
+    }
+  }
+}
+
+TEST(GdnConv1d, CheckpointsEqualThePrefixComputedAlone) {
+  std::mt19937 rng(6);
+  const int64_t t = 100;
+  const Tensor x = random_tensor({t, kConvDim}, rng, 1.0f);
+  const Tensor w = random_tensor({kConvDim, kKernel}, rng, 0.5f);
+  const Tensor state0 = random_tensor({kSlots, kConvDim, kKernel - 1}, rng, 1.0f);
+  CpuBackend backend;
+  auto run = [&](Tensor& state, int64_t length, const std::vector<int32_t>& checkpoints) {
+    Tensor cu = i32_tensor({0, static_cast<int32_t>(length)}), slots = i32_tensor({1});
+    const Tensor targets = checkpoints.empty() ? Tensor() : i32_tensor(checkpoints);
+    Tensor out = Tensor::cpu({length, kConvDim}, DType::kF32);
+    backend.gdn_conv1d(out, x.view().slice_rows(0, length), w, state,
+                       GdnParams{cu.view(), slots.view(), 0, GdnAlgo::kAuto, targets.view()});
+  };
+  std::vector<int32_t> targets(static_cast<size_t>(t), -1);
+  targets[1] = 2;  // after 2 tokens: one input of the old state is still in the window
+  targets[63] = 3;
+  Tensor state = copy_of(state0);
+  run(state, t, targets);
+  for (const auto [prefix, slot] : {std::pair{2, 2}, std::pair{64, 3}}) {
+    Tensor alone = copy_of(state0);
+    run(alone, prefix, {});
+    EXPECT_TRUE(bitwise_equal(slot_of(alone, 1), slot_of(state, slot))) << "after " << prefix << " tokens";
+  }
 }
 
 TEST(GdnConv1d, SplitCallsEqualOneCallAndTheDefinition) {

@@ -30,6 +30,11 @@ struct Int4Case {
 };
 const Int4Case kInt4Cases[] = {{200, 384, 128}, {200, 320, 32}, {70, 320, 64}, {9, 64, 8}};
 
+struct Mxfp4Case {
+  int64_t n, k;
+};
+const Mxfp4Case kMxfp4Cases[] = {{192, 64}, {64, 96}, {7, 2880}, {1, 32}};
+
 const int64_t kRows[] = {1, 3, 8, 33};
 const DType kXTypes[] = {DType::kF32, DType::kBF16};
 
@@ -74,6 +79,17 @@ TEST(QuantGemm, Int4DequantizationIsTheFormatsDefinition) {
       for (int64_t k = 0; k < c.k; ++k)
         ASSERT_EQ(f.dequantized.ptr<float>()[n * c.k + k], int4_weight_by_definition(f, n, k))
             << fmt::format("n {} k {} of [{}, {}] group {}", n, k, c.n, c.k, c.group_size);
+  }
+}
+
+TEST(QuantGemm, Mxfp4DequantizationIsTheFormatsDefinition) {
+  Rng rng(12);
+  for (const Mxfp4Case& c : kMxfp4Cases) {
+    const Mxfp4Weight f = random_mxfp4_weight(c.n, c.k, rng);
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t k = 0; k < c.k; ++k)
+        ASSERT_EQ(f.dequantized.ptr<float>()[n * c.k + k], mxfp4_weight_by_definition(f, n, k))
+            << fmt::format("n {} k {} of [{}, {}]", n, k, c.n, c.k);
   }
 }
 
@@ -123,6 +139,20 @@ TEST(QuantGemm, Int4MatchesReferenceAndMatmulOnDequantizedWeight) {
                       f.dequantized, [&](TensorView out, const TensorView& xv) {
                         cpu.matmul_int4(out, xv, f.qweight, f.scales, f.zeros, c.group_size);
                       });
+      }
+  }
+}
+
+TEST(QuantGemm, Mxfp4MatchesReferenceAndMatmulOnDequantizedWeight) {
+  CpuBackend cpu;
+  Rng rng(13);
+  for (const Mxfp4Case& c : kMxfp4Cases) {
+    const Mxfp4Weight f = random_mxfp4_weight(c.n, c.k, rng);
+    for (DType dtype : kXTypes)
+      for (int64_t m : kRows) {
+        const Tensor x = random_x(m, c.k, dtype, rng);
+        check_product(fmt::format("mxfp4 {} m {} n {} k {}", dtype_name(dtype), m, c.n, c.k), x, f.dequantized,
+                      [&](TensorView out, const TensorView& xv) { cpu.matmul_mxfp4(out, xv, f.blocks, f.scales); });
       }
   }
 }

@@ -186,6 +186,7 @@ struct Problem {
   bool causal = true;
   int64_t window = 0;  // 0 = off
   float k_scale = 1.0f, v_scale = 1.0f;  // FP8 caches: stored values times these (KvScales)
+  const float* sinks = nullptr;          // [num_heads] or none (AttentionParams::sinks)
 };
 
 // Keys [begin, end) that the query at absolute position `pos` sees in a context of `context_len`.
@@ -262,6 +263,12 @@ Problem make_problem(TensorView out, const TensorView& q, const TensorView& k_ca
   p.window = params.sliding_window > 0 ? params.sliding_window : 0;
   p.k_scale = params.kv_scales.k_scale;
   p.v_scale = params.kv_scales.v_scale;
+  if (params.sinks.data != nullptr) {
+    CHECK_MSG(params.sinks.dtype == DType::kF32 && params.sinks.numel() == p.num_heads && params.sinks.is_contiguous(),
+              "[attention] sinks must be [{}] f32, got {} {}", p.num_heads, params.sinks.shape.to_string(),
+              dtype_name(params.sinks.dtype));
+    p.sinks = params.sinks.ptr<float>();
+  }
 
   const int64_t num_tokens = q.size(0);
   CHECK_MSG(p.cu_seqlens_q[0] == 0, "[attention] cu_seqlens_q[0] = {}", p.cu_seqlens_q[0]);
@@ -428,9 +435,18 @@ void fold_partial(float& run_m, float& run_l, float* run_acc, float m, float l, 
 }
 
 // Writes acc / l (zeros when no key was visible) to out[row, head, :], rounded once to out's dtype.
-void write_output_row(const Problem& p, int64_t row, int64_t head, float l, const float* acc, float* tmp) {
+// (m, l, acc) is the row's folded softmax state; a head's sink joins it here as one more partial
+// state (m = sink, l = 1, no value), once, whichever route folded the keys.
+void write_output_row(const Problem& p, int64_t row, int64_t head, float m, float l, const float* acc, float* tmp) {
   if (l > 0) {
-    for (int64_t d = 0; d < p.head_dim; ++d) tmp[d] = acc[d] / l;
+    float acc_scale = 1.0f;
+    if (p.sinks != nullptr) {
+      const float sink = p.sinks[head];
+      const float m_new = std::max(m, sink);
+      acc_scale = std::exp(m - m_new);
+      l = l * acc_scale + std::exp(sink - m_new);
+    }
+    for (int64_t d = 0; d < p.head_dim; ++d) tmp[d] = acc[d] * acc_scale / l;
   } else {
     std::fill(tmp, tmp + p.head_dim, 0.0f);
   }
@@ -576,7 +592,7 @@ class TileKernel {
       }
     }
     for (int64_t rh = 0; rh < row_heads; ++rh) {
-      write_output_row(p_, u.row_begin + rh / num_heads_, first_head_ + rh % num_heads_, ws_.run_l[rh],
+      write_output_row(p_, u.row_begin + rh / num_heads_, first_head_ + rh % num_heads_, ws_.run_m[rh], ws_.run_l[rh],
                        &ws_.run_acc[rh * head_dim_], ws_.out_row.data());
     }
   }
@@ -777,7 +793,7 @@ void fold_split_units(const Problem& p, const Plan& plan, const float* scratch) 
               fold_partial(run_m, run_l, ws.run_acc.data(), block[row_heads * p.head_dim + rh],
                            block[row_heads * (p.head_dim + 1) + rh], block + rh * p.head_dim, p.head_dim);
             }
-            write_output_row(p, u.row_begin + rh / heads, u.kv_head_begin * p.group + rh % heads, run_l,
+            write_output_row(p, u.row_begin + rh / heads, u.kv_head_begin * p.group + rh % heads, run_m, run_l,
                              ws.run_acc.data(), ws.out_row.data());
           }
         }

@@ -58,6 +58,16 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(inner));
 }
 
+// backend.h Activation::kClampedSwiglu, rounded where transformers' GptOssExperts rounds.
+float clamped_swiglu(float gate, float up, DType dtype) {
+  const float g = std::min(gate, kClampedSwigluLimit);
+  const float u = std::clamp(up, -kClampedSwigluLimit, kClampedSwigluLimit);
+  const float scaled = round_to_dtype(g * kClampedSwigluAlpha, dtype);
+  const float sigmoid = round_to_dtype(1.0f / (1.0f + std::exp(-scaled)), dtype);
+  const float glu = round_to_dtype(g * sigmoid, dtype);
+  return round_to_dtype(u + 1.0f, dtype) * glu;
+}
+
 float activation(Activation act, float x) { return act == Activation::kSilu ? silu(x) : gelu_tanh(x); }
 
 }  // namespace
@@ -105,6 +115,10 @@ void CpuBackend::matmul_fp8_block(TensorView out, const TensorView& x, const Ten
   cpu::matmul_fp8_block(out, x, w, w_scale, block_n, block_k);
 }
 
+void CpuBackend::matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+  cpu::matmul_mxfp4(out, x, blocks, scales);
+}
+
 void CpuBackend::matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                              const TensorView& zeros, int64_t group_size) {
   cpu::matmul_int4(out, x, qweight, scales, zeros, group_size);
@@ -131,7 +145,8 @@ void CpuBackend::rms_norm(TensorView out, const TensorView& x, const TensorView&
       // transformers casts the normalised value to the activation dtype before the weight multiply.
       for (int64_t i = 0; i < d; ++i) row[i] = weight[i] * round_to_dtype(row[i] * inv_rms, out.dtype);
     } else {
-      for (int64_t i = 0; i < d; ++i) row[i] = row[i] * inv_rms * (1.0f + weight[i]);
+      const float offset = mode == NormWeight::kOnePlus ? 1.0f : 0.0f;  // 0 + w is w exactly
+      for (int64_t i = 0; i < d; ++i) row[i] = row[i] * inv_rms * (offset + weight[i]);
     }
     store_row_f32(out, dst, r, row);
   });
@@ -194,8 +209,12 @@ void CpuBackend::act_mul(TensorView out, const TensorView& gate_up, Activation a
             gate_up.shape.to_string(), out.shape.to_string());
   parallel_rows(in.num_rows, 2 * width, [&](int64_t r, float* row, float*) {
     load_row_f32(gate_up, in, r, row);
-    // transformers rounds act(gate) to the activation dtype before multiplying by up.
-    for (int64_t i = 0; i < width; ++i) row[i] = round_to_dtype(activation(act, row[i]), out.dtype) * row[width + i];
+    if (act == Activation::kClampedSwiglu) {
+      for (int64_t i = 0; i < width; ++i) row[i] = clamped_swiglu(row[i], row[width + i], out.dtype);
+    } else {
+      // transformers rounds act(gate) to the activation dtype before multiplying by up.
+      for (int64_t i = 0; i < width; ++i) row[i] = round_to_dtype(activation(act, row[i]), out.dtype) * row[width + i];
+    }
     store_row_f32(out, dst, r, row);
   });
 }

@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
   void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
                         int64_t block_n, int64_t block_k) override;
+  void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
   void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;

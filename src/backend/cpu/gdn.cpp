@@ -47,9 +47,15 @@ std::vector<float> to_f32(const TensorView& v) {
   return out;
 }
 
-// The token range and state slot of each sequence, read once on the host.
+// The token range and state slot of each sequence, and its checkpoints, read once on the host.
+struct Checkpoint {
+  int64_t num_tokens;  // the state after this many of the sequence's tokens
+  int32_t slot;
+};
+
 struct SeqTable {
   std::vector<int32_t> begin, length, slot;
+  std::vector<std::vector<Checkpoint>> checkpoints;  // [num_seqs], in token order
   explicit SeqTable(const GdnParams& params, int64_t num_slots) {
     const int64_t num_seqs = params.state_slots.numel();
     CHECK_MSG(params.cu_seqlens_q.dtype == DType::kI32 && params.state_slots.dtype == DType::kI32 &&
@@ -64,6 +70,19 @@ struct SeqTable {
       begin.push_back(cu[s]);
       length.push_back(cu[s + 1] - cu[s]);
       slot.push_back(slots[s]);
+    }
+    checkpoints.resize(static_cast<size_t>(num_seqs));
+    if (params.checkpoint_slots.data == nullptr) return;
+    CHECK_MSG(params.checkpoint_slots.dtype == DType::kI32 && params.checkpoint_slots.numel() >= cu[num_seqs],
+              "[gdn] checkpoint_slots {} must be i32 [T]", params.checkpoint_slots.shape.to_string());
+    const int32_t* targets = params.checkpoint_slots.ptr<int32_t>();
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      for (int32_t i = 0; i < length[static_cast<size_t>(s)]; ++i) {
+        const int32_t target = targets[begin[static_cast<size_t>(s)] + i];
+        if (target < 0) continue;
+        CHECK_MSG(target < num_slots, "[gdn] checkpoint slot {} outside [0, {})", target, num_slots);
+        checkpoints[static_cast<size_t>(s)].push_back({i + 1, target});
+      }
     }
   }
   int64_t size() const { return static_cast<int64_t>(begin.size()); }
@@ -110,6 +129,8 @@ void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, T
           store_elem(out, (first + i) * out.strides[0] + c, y);
         }
         store_run(conv_state, state_offset, u.data() + length, history);
+        for (const Checkpoint& checkpoint : seqs.checkpoints[static_cast<size_t>(s)])  // u's last K-1 there
+          store_run(conv_state, (checkpoint.slot * channels + c) * history, u.data() + checkpoint.num_tokens, history);
       }
     }
   });
@@ -317,6 +338,8 @@ void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, co
       float* S = p.state + (seqs.slot[s] * heads + h) * p.dk * p.dv;
       const bool recurrent =
           params.algo == GdnAlgo::kRecurrent || (params.algo == GdnAlgo::kAuto && length == 1);
+      const std::vector<Checkpoint>& checkpoints = seqs.checkpoints[s];
+      auto next_checkpoint = checkpoints.begin();
       for (int64_t c = 0; c < length; c += kGdnChunkSize) {
         const int64_t rows = std::min<int64_t>(kGdnChunkSize, length - c);
         scratch.resize(rows, p.dk, p.dv);
@@ -325,6 +348,11 @@ void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, co
         else chunked_chunk(p, rows, S, scratch);
         for (int64_t i = 0; i < rows; ++i)
           store_run(out, (first + c + i) * out.strides[0] + h * out.strides[1], scratch.out.data() + i * p.dv, p.dv);
+        for (; next_checkpoint != checkpoints.end() && next_checkpoint->num_tokens <= c + rows; ++next_checkpoint) {
+          CHECK_MSG(next_checkpoint->num_tokens == c + rows, "[gdn_delta_rule] a checkpoint after token {} of a "
+                    "sequence is inside a {}-token chunk", next_checkpoint->num_tokens, kGdnChunkSize);
+          std::copy_n(S, p.dk * p.dv, p.state + (next_checkpoint->slot * heads + h) * p.dk * p.dv);
+        }
       }
     }
   });

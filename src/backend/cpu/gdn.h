@@ -28,7 +28,7 @@
 
 namespace pagellm::cpu {
 
-inline constexpr int kGdnChunkSize = 64;
+inline constexpr int kGdnChunkSize = kGdnChunkTokens;
 
 // Shapes and semantics as Backend::gdn_conv1d.
 void gdn_conv1d(TensorView out, const TensorView& x, const TensorView& weight, TensorView conv_state,

@@ -51,6 +51,17 @@ void check_int4_operands(const TensorView& qweight, const TensorView& scales, co
             zeros.shape.to_string(), dtype_name(zeros.dtype));
 }
 
+void check_mxfp4_operands(const TensorView& blocks, const TensorView& scales) {
+  CHECK_MSG(blocks.ndim() == 2 && blocks.dtype == DType::kU8 && blocks.is_contiguous() && blocks.size(1) % 16 == 0,
+            "[cpu] matmul_mxfp4: blocks must be a contiguous [N, K / 2] u8 tensor with K % 32 == 0, got {} {}",
+            blocks.shape.to_string(), dtype_name(blocks.dtype));
+  const int64_t n = blocks.size(0), groups = blocks.size(1) / 16;
+  CHECK_MSG(scales.ndim() == 2 && scales.dtype == DType::kU8 && scales.is_contiguous() && scales.size(0) == n &&
+                scales.size(1) == groups,
+            "[cpu] matmul_mxfp4: scales must be a contiguous [{}, {}] u8 tensor, got {} {}", n, groups,
+            scales.shape.to_string(), dtype_name(scales.dtype));
+}
+
 void check_activations(const TensorView& out, const TensorView& x, int64_t n, int64_t k, const char* op) {
   CHECK_MSG(x.ndim() == 2 && out.ndim() == 2 && is_float(x.dtype) && is_float(out.dtype),
             "[cpu] {}: x and out must be 2-D f32/bf16/f16, got x {} {} out {} {}", op, x.shape.to_string(),
@@ -150,6 +161,25 @@ void dequantize_int4_rows(const TensorView& qweight, const TensorView& scales, c
   }
 }
 
+void dequantize_mxfp4_rows(const TensorView& blocks, const TensorView& scales, int64_t n0, int64_t n1, float* dst) {
+  check_mxfp4_operands(blocks, scales);
+  const int64_t bytes = blocks.size(1), k = bytes * 2, groups = k / kMxfp4Group;
+  CHECK(0 <= n0 && n0 <= n1 && n1 <= blocks.size(0));
+  const uint8_t* packed = static_cast<const uint8_t*>(blocks.data);
+  const uint8_t* exponent = static_cast<const uint8_t*>(scales.data);
+  for (int64_t n = n0; n < n1; ++n) {
+    float* row = dst + (n - n0) * k;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = e8m0_to_f32(exponent[n * groups + g]);
+      for (int64_t j = 0; j < kMxfp4Group / 2; ++j) {
+        const uint8_t byte = packed[n * bytes + g * (kMxfp4Group / 2) + j];
+        row[g * kMxfp4Group + 2 * j] = kE2m1Values[byte & 0xfu] * scale;
+        row[g * kMxfp4Group + 2 * j + 1] = kE2m1Values[byte >> 4] * scale;
+      }
+    }
+  }
+}
+
 void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
                       int64_t block_n, int64_t block_k, ThreadPool* pool) {
   check_fp8_operands(w, w_scale, block_n, block_k);
@@ -171,6 +201,20 @@ void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight,
                    [&](int64_t n0, int64_t n1, float* dst) {
                      dequantize_int4_rows(qweight, scales, zeros, group_size, n0, n1, dst);
                    },
+                   pool);
+}
+
+}  // namespace pagellm::cpu
+
+namespace pagellm::cpu {
+
+void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales,
+                  ThreadPool* pool) {
+  check_mxfp4_operands(blocks, scales);
+  const int64_t n = blocks.size(0), k = blocks.size(1) * 2;
+  check_activations(out, x, n, k, "matmul_mxfp4");
+  quantized_matmul(out, x, n, k,
+                   [&](int64_t n0, int64_t n1, float* dst) { dequantize_mxfp4_rows(blocks, scales, n0, n1, dst); },
                    pool);
 }
 

@@ -9,6 +9,7 @@
 // Dequantization, in f32 (one rounding each):
 //   fp8:  W[n, k] = e4m3(w[n, k]) * w_scale[n / block_n, k / block_k]   (e4m3 -> f32 is exact)
 //   int4: W[n, k] = float(q[n, k] - zero[n, k / g]) * scale[n, k / g]  (q - zero is an exact integer)
+//   mxfp4: W[n, k] = e2m1(nibble) * 2^(scale[n, k / 32] - 127)          (exact: a power of two times e2m1)
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,18 @@ void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, 
 void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                  const TensorView& zeros, int64_t group_size, ThreadPool* pool = nullptr);
 
+// out[M, N] = x[M, K] . W^T, the contract of Backend::matmul_mxfp4: blocks [N, K / 2] u8 (byte j of
+// row n: element 2j in the low nibble, 2j + 1 in the high one), scales [N, K / 32] u8 (e8m0), both
+// contiguous; K % 32 == 0.
+void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales,
+                  ThreadPool* pool = nullptr);
+
 // Rows [n0, n1) of the dequantized W into dst (row-major [n1 - n0, K] f32): what the matmuls
 // multiply by. The operands are checked as the matmuls check them.
 void dequantize_fp8_block_rows(const TensorView& w, const TensorView& w_scale, int64_t block_n, int64_t block_k,
                                int64_t n0, int64_t n1, float* dst);
 void dequantize_int4_rows(const TensorView& qweight, const TensorView& scales, const TensorView& zeros,
                           int64_t group_size, int64_t n0, int64_t n1, float* dst);
+void dequantize_mxfp4_rows(const TensorView& blocks, const TensorView& scales, int64_t n0, int64_t n1, float* dst);
 
 }  // namespace pagellm::cpu

@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a, bo
   for (int i = 0; i < kOwn; ++i) {
     const int64_t d = threadIdx.x + i * kThreads;
     // A row that saw no key is written as zeros.
-    if (d < head_dim) store_any(a.out, a.out_dtype, out_offset + d, run_l > 0.0f ? run_acc[i] / run_l : 0.0f);
+    if (d < head_dim) store_any(a.out, a.out_dtype, out_offset + d, finish_row(a, head, run_m, run_l, run_acc[i]));
   }
 }
 
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(AttentionArgs a, int nu
       fold_scalars(run_m, run_l, m, state[head_dim + 1], run_scale, part_scale);
       run_acc = fold_acc(run_acc, state[d], run_scale, part_scale);
     }
-    store_any(a.out, a.out_dtype, out_offset + d, run_l > 0.0f ? run_acc / run_l : 0.0f);
+    store_any(a.out, a.out_dtype, out_offset + d, finish_row(a, head, run_m, run_l, run_acc));
   }
 }
 
@@ -661,10 +661,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
     const int pair = tid + s * kThreads;
     if (pair >= num_pairs) break;
     const int g = pair / half_dim, d = 2 * (pair % half_dim);
-    const float run_l = scalars[g * kScalars + 3];
+    const float run_m = scalars[g * kScalars + 2], run_l = scalars[g * kScalars + 3];
     const int64_t out_offset = row * a.out_stride_row + (first_head + g) * a.out_stride_head + d;
-    store_any(a.out, a.out_dtype, out_offset, run_l > 0.0f ? run_acc[s][0] / run_l : 0.0f);
-    store_any(a.out, a.out_dtype, out_offset + 1, run_l > 0.0f ? run_acc[s][1] / run_l : 0.0f);
+    store_any(a.out, a.out_dtype, out_offset, finish_row(a, first_head + g, run_m, run_l, run_acc[s][0]));
+    store_any(a.out, a.out_dtype, out_offset + 1, finish_row(a, first_head + g, run_m, run_l, run_acc[s][1]));
   }
 }
 
@@ -705,7 +705,7 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(AttentionArgs a,
       fold_scalars(run_m, run_l, part_m, part_l, run_scale, part_scale);
       run_acc = fold_acc(run_acc, part_acc, run_scale, part_scale);
     }
-    store_any(a.out, a.out_dtype, out_offset + d, run_l > 0.0f ? run_acc / run_l : 0.0f);
+    store_any(a.out, a.out_dtype, out_offset + d, finish_row(a, head, run_m, run_l, run_acc));
   }
 }
 

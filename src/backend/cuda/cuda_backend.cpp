@@ -145,6 +145,9 @@ class CudaBackend final : public Backend {
   Tensor alloc(Shape shape, DType dtype) override;
   void copy(TensorView dst, const TensorView& src) override;
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  void make_current() override { CUDA_CHECK(cudaSetDevice(device_)); }
+  int device_index() const override { return device_; }
+  CudaPlacement placement() const { return {device_, stream_.get()}; }
   Tensor alloc_host(Shape shape, DType dtype) override;
   void copy_to_host_async(TensorView dst, const TensorView& src) override;
   uint64_t mark() override;
@@ -160,6 +163,7 @@ class CudaBackend final : public Backend {
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
                    const TensorView& zeros, int64_t group_size) override;
+  void matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) override;
   void quantize_fp8_groups(TensorView x_fp8, TensorView scales, const TensorView& x) override;  // fp8_group_quant.cu
   void rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) override;
   void add(TensorView out, const TensorView& a, const TensorView& b) override;
@@ -630,6 +634,24 @@ void CudaBackend::matmul_int4(TensorView out, const TensorView& x, const TensorV
   quant_matmul(out, x, q, op);
 }
 
+void CudaBackend::matmul_mxfp4(TensorView out, const TensorView& x, const TensorView& blocks, const TensorView& scales) {
+  const char* op = "matmul_mxfp4";
+  CHECK_MSG(blocks.ndim() == 2 && blocks.size(1) % 16 == 0, "[cuda] {}: blocks must be [N, K / 2] with K % 32 == 0, got {}",
+            op, blocks.shape.to_string());
+  const int64_t n = blocks.size(0), k = blocks.size(1) * 2;
+  check_quant_tensor(blocks, DType::kU8, n, k / 2, op, "blocks");
+  check_quant_tensor(scales, DType::kU8, n, k / kMxfp4Group, op, "scales");
+  cuda::QuantWeight q;
+  q.format = cuda::QuantFormat::kMxfp4;
+  q.data = blocks.data;
+  q.exponents = static_cast<const uint8_t*>(scales.data);
+  q.n = n;
+  q.k = k;
+  q.block_n = 1;
+  q.block_k = kMxfp4Group;
+  quant_matmul(out, x, q, op);
+}
+
 void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView& w, float eps, NormWeight mode) {
   const cuda::Rows in = rows_of(x, "rms_norm", "x"), dst = rows_of(out, "rms_norm", "out");
   check_same_rows(in, dst, "rms_norm");
@@ -637,7 +659,7 @@ void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView
   check_dtype(w, x.dtype, "rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
             "[cuda] rms_norm: w{} does not match rows of {}", w.shape.to_string(), in.row_size);
-  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::add(TensorView out, const TensorView& a, const TensorView& b) {
@@ -666,7 +688,7 @@ void CudaBackend::act_mul(TensorView out, const TensorView& gate_up, Activation 
   CHECK_MSG(in.row_size == 2 * dst.row_size && in.num_rows == dst.num_rows, "[cuda] act_mul gate_up{} out{}",
             gate_up.shape.to_string(), out.shape.to_string());
   check_dtype(out, gate_up.dtype, "act_mul", "out");
-  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act == Activation::kGeluTanh, stream()));
+  CUDA_CHECK(cuda::launch_act_mul(out.dtype, dst, in, act, stream()));
 }
 
 void CudaBackend::add_bias(TensorView x, const TensorView& bias) {
@@ -766,6 +788,12 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   a.softcap = params.softcap;
   a.causal = params.causal;
   a.window = params.sliding_window > 0 ? params.sliding_window : 0;
+  if (params.sinks.data != nullptr) {
+    CHECK_MSG(params.sinks.dtype == DType::kF32 && params.sinks.numel() == q.size(1) &&
+                  params.sinks.device == Device::kCuda,
+              "[attention] sinks must be [{}] f32 on the GPU", q.size(1));
+    a.sinks = params.sinks.ptr<float>();
+  }
   if (a.num_seqs == 0 || a.num_tokens == 0) return;
 
   // The plan (split counts, which kernels) depends on shapes and hints only. The longest context
@@ -913,7 +941,7 @@ void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const Tenso
   check_dtype(w, hidden.dtype, "add_rms_norm", "w");
   CHECK_MSG(w.device == Device::kCuda && w.numel() == h.row_size && w.is_contiguous(),
             "[cuda] add_rms_norm: w{} does not match rows of {}", w.shape.to_string(), h.row_size);
-  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, mode == NormWeight::kOnePlus, stream()));
+  CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -949,7 +977,7 @@ void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const Tensor
     a.k_norm = k_norm.data;
   }
   a.eps = eps;
-  a.one_plus = mode == NormWeight::kOnePlus;
+  a.norm_form = cuda::norm_form(mode);
   a.half = inv_freq.numel();
   CHECK_MSG(2 * a.half <= a.head_dim, "[cuda] {}: inv_freq{} for head_dim {}", op, inv_freq.shape.to_string(), a.head_dim);
   check_index_vector(positions, DType::kI32, a.num_tokens, op, "positions");
@@ -981,6 +1009,10 @@ cuda::GdnSeqs gdn_seqs(const GdnParams& params, int64_t num_slots, const char* o
   seqs.cu_seqlens_q = params.cu_seqlens_q.ptr<int32_t>();
   seqs.state_slots = params.state_slots.ptr<int32_t>();
   seqs.num_slots = num_slots;
+  if (params.checkpoint_slots.data != nullptr) {
+    check_index_vector(params.checkpoint_slots, DType::kI32, params.checkpoint_slots.numel(), op, "checkpoint_slots");
+    seqs.checkpoint_slots = params.checkpoint_slots.ptr<int32_t>();
+  }
   return seqs;
 }
 
@@ -1089,7 +1121,22 @@ void CudaBackend::add_rows_scaled(TensorView out, const TensorView& x, const Ten
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_cuda_backend() {
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+CudaPlacement cuda_placement(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  CHECK_MSG(cuda != nullptr, "cuda_placement of a {} backend", backend.name());
+  return cuda->placement();
+}
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -1097,7 +1144,8 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend() {
     return not_found("[cuda] no CUDA device: {}", cudaGetErrorString(status));
   }
   if (count == 0) return not_found("[cuda] no CUDA device: cudaGetDeviceCount found none");
-  const int device = 0;
+  if (device < 0 || device >= count)
+    return not_found("[cuda] no CUDA device {}: this process sees {} GPU(s)", device, count);
   CUDA_CHECK(cudaSetDevice(device));
   int num_sms = 0, pools_supported = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));

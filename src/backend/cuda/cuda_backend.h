@@ -8,10 +8,22 @@
 #include "backend/backend.h"
 #include "core/status.h"
 
+struct CUstream_st;  // the CUDA runtime's stream type (cudaStream_t is a CUstream_st*)
+
 namespace pagellm {
 
-// The backend on CUDA device 0 (after CUDA_VISIBLE_DEVICES). Fails with
-// "[cuda] no CUDA device: <reason>" when the machine has none (or no driver).
-Expected<std::unique_ptr<Backend>> make_cuda_backend();
+// The backend on CUDA device `device` (0: the first after CUDA_VISIBLE_DEVICES), on a stream of its
+// own. Fails with "[cuda] no CUDA device: <reason>" when the machine has none (or no driver).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
+// GPUs this process sees (0 without a driver).
+int cuda_device_count();
+
+// Where a CUDA backend queues its work (for the collectives, cuda_communicators.h): its device and
+// its stream (a cudaStream_t). CHECK-fails for a backend that is not CUDA.
+struct CudaPlacement {
+  int device = 0;
+  ::CUstream_st* stream = nullptr;
+};
+CudaPlacement cuda_placement(const Backend& backend);
 
 }  // namespace pagellm

@@ -87,6 +87,23 @@ __host__ __device__ inline KeyRange visible_keys(const AttentionArgs& a, int64_t
   return r;
 }
 
+// What multiplies a row's accumulated P.V (state m, l of its keys, l > 0) to give its output: 1 / l,
+// or with the head's attention sink (one more logit in the denominator, no value; AttentionParams)
+// e^(m - m') / (l e^(m - m') + e^(sink - m')), m' = max(m, sink). Every kernel and the split-KV merges
+// apply it once, after all keys are folded.
+__device__ __forceinline__ float row_output_scale(const AttentionArgs& a, int64_t head, float m, float l) {
+  if (a.sinks == nullptr) return 1.0f / l;
+  const float sink = a.sinks[head];
+  const float m_new = fmaxf(m, sink);
+  const float keys_scale = expf(m - m_new);
+  return keys_scale / (l * keys_scale + expf(sink - m_new));
+}
+// acc / l, or its sink form; zeros for a row that saw no key.
+__device__ __forceinline__ float finish_row(const AttentionArgs& a, int64_t head, float m, float l, float acc) {
+  if (!(l > 0.0f)) return 0.0f;
+  return a.sinks == nullptr ? acc / l : acc * row_output_scale(a, head, m, l);
+}
+
 inline unsigned blocks_for(int64_t work, int64_t per_block) {
   const int64_t blocks = (work + per_block - 1) / per_block;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);

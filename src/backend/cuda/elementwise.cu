@@ -19,8 +19,16 @@ constexpr int64_t kFewPrologueTokens = 64;
 
 // ----- rms_norm: one warp per row ---------------------------------------------------------------
 
+// One normalised element with its weight (NormForm); kPlain follows transformers' Llama norm, which
+// casts the normalised value to the activation dtype before the weight multiply.
 template <typename T>
-__global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float eps, bool one_plus) {
+__device__ __forceinline__ float weighted_norm(float v, float inv_rms, float weight, NormForm form) {
+  return form.f32_product ? __fmul_rn(__fmul_rn(v, inv_rms), form.offset + weight)
+                          : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+}
+
+template <typename T>
+__global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float eps, NormForm form) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= x.num_rows) return;
   const int lane = threadIdx.x % 32;
@@ -39,14 +47,7 @@ __global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float
   for (int64_t i = lane; i < d; i += 32) {
     const float v = to_f32(src[i]);
     const float weight = to_f32(w[i]);
-    float y;
-    if (one_plus) {
-      y = __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight);
-    } else {
-      // transformers casts the normalised value to the activation dtype before the weight multiply.
-      y = __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
-    }
-    dst[i] = from_f32<T>(y);
+    dst[i] = from_f32<T>(weighted_norm<T>(v, inv_rms, weight, form));
   }
 }
 
@@ -54,7 +55,7 @@ __global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float
 // to add followed by rms_norm).
 template <typename T>
 __global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const T* __restrict__ w, float eps,
-                                    bool one_plus) {
+                                    NormForm form) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= hidden.num_rows) return;
   const int lane = threadIdx.x % 32;
@@ -73,8 +74,7 @@ __global__ void add_rms_norm_kernel(Rows hidden, Rows normed, Rows delta, const 
   for (int64_t i = lane; i < d; i += 32) {
     const float v = to_f32(h[i]);  // this lane's own store above
     const float weight = to_f32(w[i]);
-    const float y = one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
-                             : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    const float y = weighted_norm<T>(v, inv_rms, weight, form);
     dst[i] = from_f32<T>(y);
   }
 }
@@ -120,8 +120,7 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
       for (int64_t i = lane; i < d; i += 32) {
         const float v = to_f32(x[i]);
         const float weight = to_f32(w[i]);
-        const float y = a.one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
-                                   : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+        const float y = weighted_norm<T>(v, inv_rms, weight, a.norm_form);
         s[i] = round_to<T>(y);
       }
     }
@@ -213,14 +212,23 @@ __device__ __forceinline__ float gelu_tanh_f32(float x) {
   return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
-template <typename T, bool kGelu>
+template <typename T, Activation kAct>
 __device__ __forceinline__ T act_times(float gate, float up) {
-  // transformers rounds act(gate) to the activation dtype before multiplying by up.
-  const float act = kGelu ? gelu_tanh_f32(gate) : silu_f32(gate);
-  return from_f32<T>(__fmul_rn(round_to<T>(act), up));
+  if constexpr (kAct == Activation::kClampedSwiglu) {  // rounded as transformers' GptOssExperts
+    const float g = fminf(gate, kClampedSwigluLimit);
+    const float u = fminf(fmaxf(up, -kClampedSwigluLimit), kClampedSwigluLimit);
+    const float scaled = round_to<T>(__fmul_rn(g, kClampedSwigluAlpha));
+    const float sigmoid = round_to<T>(__fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-scaled))));
+    const float glu = round_to<T>(__fmul_rn(g, sigmoid));
+    return from_f32<T>(__fmul_rn(round_to<T>(__fadd_rn(u, 1.0f)), glu));
+  } else {
+    // transformers rounds act(gate) to the activation dtype before multiplying by up.
+    const float act = kAct == Activation::kGeluTanh ? gelu_tanh_f32(gate) : silu_f32(gate);
+    return from_f32<T>(__fmul_rn(round_to<T>(act), up));
+  }
 }
 
-template <typename T, bool kGelu>
+template <typename T, Activation kAct>
 __global__ void act_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
   const int64_t width = out.row_size;
   const int64_t r = blockIdx.x;
@@ -234,13 +242,13 @@ __global__ void act_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
       *reinterpret_cast<uint4*>(gate) = *reinterpret_cast<const uint4*>(in + c0);
       *reinterpret_cast<uint4*>(up) = *reinterpret_cast<const uint4*>(in + width + c0);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) result[i] = act_times<T, kGelu>(to_f32(gate[i]), to_f32(up[i]));
+      for (int i = 0; i < 8; ++i) result[i] = act_times<T, kAct>(to_f32(gate[i]), to_f32(up[i]));
       *reinterpret_cast<uint4*>(dst + c0) = *reinterpret_cast<const uint4*>(result);
       return;
     }
   }
   const int64_t c_end = c0 + 8 < width ? c0 + 8 : width;
-  for (int64_t c = c0; c < c_end; ++c) dst[c] = act_times<T, kGelu>(to_f32(in[c]), to_f32(in[width + c]));
+  for (int64_t c = c0; c < c_end; ++c) dst[c] = act_times<T, kAct>(to_f32(in[c]), to_f32(in[width + c]));
 }
 
 // Elementwise maps over rows: out = f(x row r, column c). One thread per element, grid-stride.
@@ -359,7 +367,7 @@ bool use_block_rows(int64_t row_size) { return row_size >= kBlockRowMin && row_s
 // kAdd: x += delta first (rounded, stored back into x), as add_rms_norm_kernel.
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, Rows delta, const T* __restrict__ w,
-                                                              float eps, bool one_plus) {
+                                                              float eps, NormForm form) {
   extern __shared__ float row_f32[];
   const int64_t row = blockIdx.x;
   const int64_t d = x.row_size;
@@ -379,8 +387,7 @@ __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, 
     const float v = row_f32[i];
     if constexpr (kAdd) src[i] = from_f32<T>(v);
     const float weight = to_f32(w[i]);
-    const float y = one_plus ? __fmul_rn(__fmul_rn(v, inv_rms), 1.0f + weight)
-                             : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
+    const float y = weighted_norm<T>(v, inv_rms, weight, form);
     dst[i] = from_f32<T>(y);
   }
 }
@@ -432,34 +439,43 @@ unsigned stride_blocks(int64_t n) {
 
 }  // namespace
 
-cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, bool one_plus,
+NormForm norm_form(NormWeight mode) {
+  switch (mode) {
+    case NormWeight::kPlain: return {false, 0.0f};
+    case NormWeight::kOnePlus: return {true, 1.0f};
+    case NormWeight::kF32Weight: return {true, 0.0f};
+  }
+  return {};
+}
+
+cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, NormForm form,
                             cudaStream_t stream) {
   if (x.num_rows == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
     if (use_block_rows(x.row_size)) {
       block_norm_kernel<T, false><<<static_cast<unsigned>(x.num_rows), kThreads, x.row_size * sizeof(float), stream>>>(
-          out, x, Rows{}, static_cast<const T*>(w), eps, one_plus);
+          out, x, Rows{}, static_cast<const T*>(w), eps, form);
       return cudaGetLastError();
     }
     rms_norm_kernel<T><<<blocks_for(x.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
-        out, x, static_cast<const T*>(w), eps, one_plus);
+        out, x, static_cast<const T*>(w), eps, form);
     return cudaGetLastError();
   });
 }
 
 cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
-                                bool one_plus, cudaStream_t stream) {
+                                NormForm form, cudaStream_t stream) {
   if (hidden.num_rows == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
     if (use_block_rows(hidden.row_size)) {  // the same rule as launch_rms_norm: equal results
       block_norm_kernel<T, true><<<static_cast<unsigned>(hidden.num_rows), kThreads, hidden.row_size * sizeof(float),
-                                   stream>>>(normed, hidden, delta, static_cast<const T*>(w), eps, one_plus);
+                                   stream>>>(normed, hidden, delta, static_cast<const T*>(w), eps, form);
       return cudaGetLastError();
     }
     add_rms_norm_kernel<T><<<blocks_for(hidden.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
-        hidden, normed, delta, static_cast<const T*>(w), eps, one_plus);
+        hidden, normed, delta, static_cast<const T*>(w), eps, form);
     return cudaGetLastError();
   });
 }
@@ -496,7 +512,7 @@ cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* p
   });
 }
 
-cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, bool gelu_tanh, cudaStream_t stream) {
+cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, Activation act, cudaStream_t stream) {
   if (out.num_rows * out.row_size == 0) return cudaSuccess;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
@@ -506,8 +522,15 @@ cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, bool gelu_tanh, 
     };
     const bool vector_ok = sizeof(T) == 2 && out.row_size % 8 == 0 && aligned(out) && aligned(gate_up);
     const dim3 grid(static_cast<unsigned>(out.num_rows), blocks_for(out.row_size, int64_t{kThreads} * 8));
-    if (gelu_tanh) act_mul_kernel<T, true><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
-    else act_mul_kernel<T, false><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+    switch (act) {
+      case Activation::kSilu: act_mul_kernel<T, Activation::kSilu><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok); break;
+      case Activation::kGeluTanh:
+        act_mul_kernel<T, Activation::kGeluTanh><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+        break;
+      case Activation::kClampedSwiglu:
+        act_mul_kernel<T, Activation::kClampedSwiglu><<<grid, kThreads, 0, stream>>>(out, gate_up, vector_ok);
+        break;
+    }
     return cudaGetLastError();
   });
 }

@@ -37,6 +37,14 @@ __device__ __forceinline__ int64_t checked_slot(const GdnSeqs& seqs, int64_t s) 
   return slot;
 }
 
+// The checkpoint slot of token row t, or -1 (none asked, or none for this row).
+__device__ __forceinline__ int64_t checkpoint_slot(const GdnSeqs& seqs, int64_t t) {
+  if (seqs.checkpoint_slots == nullptr) return -1;
+  const int32_t slot = seqs.checkpoint_slots[t];
+  if (slot >= seqs.num_slots) __trap();
+  return slot;
+}
+
 // ----- gdn_conv1d -------------------------------------------------------------------------------
 // Two kernels: the outputs (one thread per (token, channel), reading the slot's old state for the
 // first K-1 rows of a sequence), then the state update (one thread per (sequence, channel)), so no
@@ -59,6 +67,26 @@ __global__ void gdn_conv1d_out_kernel(Rows out, Rows x, const T* __restrict__ we
     acc = __fadd_rn(acc, __fmul_rn(to_f32(w[j]), value));
   }
   row_ptr<T>(out, t)[c] = from_f32<T>(silu(round_to<T>(acc)));
+}
+
+// Prefix-cache checkpoints: thread (token row t, channel) copies the last K-1 of u after t to the
+// checkpoint slot of t. Runs between the two kernels above (reads the old state, as the outputs do).
+template <typename T>
+__global__ void gdn_conv1d_checkpoint_kernel(Rows x, T* __restrict__ state, GdnSeqs seqs, int64_t channels,
+                                             int kernel) {
+  const int64_t t = blockIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (c >= channels || t >= seqs.cu_seqlens_q[seqs.num_seqs]) return;
+  const int64_t target = checkpoint_slot(seqs, t);
+  if (target < 0) return;
+  const int64_t s = sequence_of(seqs.cu_seqlens_q, seqs.num_seqs, t);
+  const int64_t first = seqs.cu_seqlens_q[s], history = kernel - 1;
+  const T* st = state + (checked_slot(seqs, s) * channels + c) * history;
+  T* dst = state + (target * channels + c) * history;
+  for (int64_t m = 0; m < history; ++m) {  // u[t - first + 1 + m]
+    const int64_t u = t - first + 1 + m;
+    dst[m] = u < history ? st[u] : row_ptr<const T>(x, first + u - history)[c];
+  }
 }
 
 template <typename T>
@@ -186,6 +214,15 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDel
 #pragma unroll
         for (int w = 1; w < kDeltaWarps; ++w) o += red_o[w][lane];
         row_ptr<T>(a.out, (first + c0 + i) * a.num_v_heads + h)[j] = from_f32<T>(o);
+      }
+      const int64_t target = checkpoint_slot(a.seqs, first + c0 + i);  // uniform over the block
+      if (target >= 0) {
+        float* D = a.state + (target * a.num_v_heads + h) * dk * dv;
+#pragma unroll
+        for (int ii = 0; ii < R; ++ii) {
+          const int64_t r = warp + kDeltaWarps * ii;
+          if (r < dk && column) D[r * dv + j] = st[ii];
+        }
       }
     }
   }
@@ -469,6 +506,14 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunked_kernel(GdnDeltaA
         }
       }
     }
+    // (8) A prefix-cache checkpoint at this chunk's end: the tile as it stands (uniform over the block).
+    const int64_t target = checkpoint_slot(a.seqs, first + c0 + n - 1);
+    if (target >= 0) {
+      __syncthreads();  // the tile was written under (7)'s map
+      float* D = a.state + (target * a.num_v_heads + h) * a.dk * dv;
+      for (int d = warp; d < dk; d += kChunkWarps)
+        if (column) D[d * dv + j] = Ss[d * kChunkTile + lane];
+    }
   }
   __syncthreads();  // the tile was last written under (7)'s map
   for (int d = warp; d < dk; d += kChunkWarps)
@@ -578,6 +623,9 @@ cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight,
     gdn_conv1d_out_kernel<T><<<dim3(static_cast<unsigned>(out.num_rows), channel_blocks), kThreads, 0, stream>>>(
         out, x, static_cast<const T*>(weight), static_cast<const T*>(conv_state), seqs, channels,
         static_cast<int>(kernel));
+    if (seqs.checkpoint_slots != nullptr)
+      gdn_conv1d_checkpoint_kernel<T><<<dim3(static_cast<unsigned>(out.num_rows), channel_blocks), kThreads, 0, stream>>>(
+          x, static_cast<T*>(conv_state), seqs, channels, static_cast<int>(kernel));
     gdn_conv1d_state_kernel<T><<<dim3(static_cast<unsigned>(seqs.num_seqs), channel_blocks), kThreads, 0, stream>>>(
         x, static_cast<T*>(conv_state), seqs, channels, static_cast<int>(kernel));
     return cudaGetLastError();

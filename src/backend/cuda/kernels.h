@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/op_kinds.h"
 #include "core/dtype.h"
 
 namespace pagellm::cuda {
@@ -28,16 +29,24 @@ struct Rows {
 
 // ----- elementwise.cu -------------------------------------------------------------------------
 
-// out = rms_norm(x) * w (kPlain: the normalised value is rounded to the dtype before the multiply)
-// or x * rsqrt(...) * (1 + w) (one_plus). w: [row_size], contiguous.
-cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, bool one_plus,
+// How the norms apply their weight (backend.h NormWeight): kPlain rounds the normalised value to the
+// dtype before w * it; the f32 forms multiply x * rsqrt(...) by (offset + w) in f32 and round once:
+// offset 1 for kOnePlus, 0 for kF32Weight (0 + w is w exactly).
+struct NormForm {
+  bool f32_product = false;
+  float offset = 0.0f;
+};
+NormForm norm_form(NormWeight mode);
+
+// out = rms_norm(x) with w in `form`. w: [row_size], contiguous.
+cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float eps, NormForm form,
                             cudaStream_t stream);
 cudaError_t launch_add(DType dtype, Rows out, Rows a, Rows b, cudaStream_t stream);
 // x: [T, H, head_dim] as rows (T * H rows); rotates the first 2 * half dims of each row.
 cudaError_t launch_rope(DType dtype, Rows x, int64_t num_heads, const int32_t* positions,
                         const float* inv_freq, int64_t half, float attention_scaling, cudaStream_t stream);
-// out rows [I] = act(gate_up[:I]) * gate_up[I:], act = gelu_tanh ? GELU-tanh : SiLU
-cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, bool gelu_tanh, cudaStream_t stream);
+// out rows [I] = act(gate_up[:I]) * gate_up[I:] (backend.h Activation)
+cudaError_t launch_act_mul(DType dtype, Rows out, Rows gate_up, Activation act, cudaStream_t stream);
 // x rows += bias [row_size] (x's dtype), in place
 cudaError_t launch_add_bias(DType dtype, Rows x, const void* bias, cudaStream_t stream);
 // out = x * s
@@ -50,7 +59,7 @@ cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* i
 // hidden = hidden + delta (rounded), then normed = rms_norm(hidden) * w: the residual add of one
 // block fused with the norm that opens the next. One warp per row, like launch_rms_norm.
 cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
-                                bool one_plus, cudaStream_t stream);
+                                NormForm form, cudaStream_t stream);
 // ids[r] = first index of the maximum of logits row r. Scratch: part_value, part_index
 // [num_rows * kArgmaxScratchPerRow] (the per-split maxima of the first pass).
 inline constexpr int64_t kArgmaxScratchPerRow = 64;
@@ -91,7 +100,7 @@ struct QkPrologueArgs {
   const void* q_norm = nullptr;  // [head_dim]; both null: no q/k norm
   const void* k_norm = nullptr;
   float eps = 0.0f;
-  bool one_plus = false;
+  NormForm norm_form;
   const int32_t* positions = nullptr;  // [T]
   const float* inv_freq = nullptr;     // [half]
   int64_t half = 0;
@@ -122,6 +131,7 @@ struct AttentionArgs {
   float scale = 1.0f, softcap = 0.0f;
   bool causal = true;
   int32_t window = 0;  // 0 = off
+  const float* sinks = nullptr;  // [num_heads] f32 or none (AttentionParams::sinks)
 };
 
 // Keys are processed in partitions of this many absolute positions (see attention.cu).
@@ -175,6 +185,9 @@ cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const Atten
 struct GdnSeqs {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* state_slots = nullptr;
+  // [T] or null: the slot that also receives a sequence's state after token row t (-1 = none); the
+  // chunked delta rule writes it only at its chunk ends (GdnParams::checkpoint_slots).
+  const int32_t* checkpoint_slots = nullptr;
   int64_t num_seqs = 0, num_slots = 0;
 };
 

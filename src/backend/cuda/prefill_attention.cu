@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
 
   // ----- out = O / l (a row that saw no key is written as zeros, as the other kernels do)
   __syncwarp();
-  if (half == 0) row_s[local_row] = run_l > 0.0f ? 1.0f / run_l : 0.0f;
+  if (half == 0) row_s[local_row] = run_l > 0.0f ? row_output_scale(a, head, run_m, run_l) : 0.0f;
   __syncwarp();
   const float* o_warp = o_s + warp * kWarpRows * L::kLdo;
   for (int i = lane; i < kWarpRows * D; i += 32) {

@@ -322,6 +322,7 @@ cudaError_t launch_for(void* out, int64_t ld_out, const void* x, int64_t ld_x, c
 
 int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return 0;
+  if (w.format == QuantFormat::kMxfp4) return 0;
   if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.block_n <= 0 || w.block_k <= 0) return 0;
   if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
   if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;

@@ -14,7 +14,7 @@
 
 namespace pagellm::cuda {
 
-enum class QuantFormat { kFp8Block, kInt4 };
+enum class QuantFormat { kFp8Block, kInt4, kMxfp4 };
 
 // One quantized weight W [n, k], all arrays contiguous on the device:
 //   kFp8Block: data = w [n, k] e4m3 bytes, scales [ceil(n / block_n), ceil(k / block_k)] f32, zeros null;
@@ -22,11 +22,16 @@ enum class QuantFormat { kFp8Block, kInt4 };
 //   kInt4:     data = qweight [n, k / 8] u32 words (nibble j of word c / 8 = q[r, c], j = c % 8),
 //              scales [n, k / block_k] f32, zeros [n, k / block_k] u8, block_n = 1, block_k = group size;
 //              W[r, c] = (q[r, c] - zeros[r, c / block_k]) * scales[r, c / block_k]
+//   kMxfp4:    data = blocks [n, k / 2] u8 (byte c / 2: element c in the low nibble when c is even, the
+//              high one when odd), exponents [n, k / 32] u8 (e8m0), scales null, block_n = 1, block_k = 32;
+//              W[r, c] = e2m1(nibble) * 2^(exponents[r, c / 32] - 127). The GEMV does not take it (the
+//              dequantization path does).
 struct QuantWeight {
   QuantFormat format = QuantFormat::kFp8Block;
   const void* data = nullptr;
   const float* scales = nullptr;
   const uint8_t* zeros = nullptr;
+  const uint8_t* exponents = nullptr;  // kMxfp4
   int64_t n = 0, k = 0;
   int64_t block_n = 1, block_k = 1;
 };

@@ -1,5 +1,6 @@
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pagellm::layers {
@@ -27,16 +28,45 @@ Expected<KvScales> load_kv_scales(WeightLoader& loader, const std::string& prefi
   return scales;
 }
 
+Expected<AttentionShard> attention_shard(const AttentionShape& shape, int rank, int size) {
+  AttentionShard shard{shape, 0, 0};
+  if (size == 1) return shard;
+  if (shape.num_heads % size != 0)
+    return invalid_argument("[model] --tensor-parallel-size {} does not divide num_attention_heads {}", size,
+                            shape.num_heads);
+  if (shape.num_kv_heads % size != 0 && size % shape.num_kv_heads != 0)
+    return invalid_argument("[model] --tensor-parallel-size {} and num_key_value_heads {}: one must divide the other",
+                            size, shape.num_kv_heads);
+  shard.local.num_heads = shape.num_heads / size;
+  shard.q_head_begin = rank * shard.local.num_heads;
+  shard.local.num_kv_heads = std::max<int64_t>(shape.num_kv_heads / size, 1);
+  // With fewer KV heads than ranks, rank r's query heads all read KV head r * nKV / size.
+  shard.kv_head_begin = shape.num_kv_heads >= size ? rank * shard.local.num_kv_heads : rank * shape.num_kv_heads / size;
+  return shard;
+}
+
 Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
                                           const AttentionLoadOptions& options) {
   const int64_t hd = shape.head_dim, q_rows = shape.num_heads * hd, kv_rows = shape.num_kv_heads * hd;
+  PAGELLM_ASSIGN_OR_RETURN(const AttentionShard shard, attention_shard(shape, loader.tp_rank(), loader.tp_size()));
+  const ShardRange q_mine{shard.q_head_begin * hd, shard.local.num_heads * hd};
+  const ShardRange kv_mine{shard.kv_head_begin * hd, shard.local.num_kv_heads * hd};
   AttentionWeights w;
   PAGELLM_ASSIGN_OR_RETURN(w.qkv, load_linear(loader,
-                                              {{prefix + "q_proj", q_rows}, {prefix + "k_proj", kv_rows},
-                                               {prefix + "v_proj", kv_rows}},
+                                              {shard_rows(loader, prefix + "q_proj", q_rows, q_mine),
+                                               shard_rows(loader, prefix + "k_proj", kv_rows, kv_mine),
+                                               shard_rows(loader, prefix + "v_proj", kv_rows, kv_mine)},
                                               shape.hidden, options.qkv_bias));
-  PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias));
+  PAGELLM_ASSIGN_OR_RETURN(w.o, load_linear(loader, {{prefix + "o_proj", shape.hidden}}, q_rows, options.o_bias,
+                                            shard_columns(loader, q_mine)));
   PAGELLM_ASSIGN_OR_RETURN(w.kv_scales, load_kv_scales(loader, prefix));
+  if (options.sinks) {
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> sinks, loader.load_host_f32(prefix + "sinks", {shape.num_heads}));
+    // One logit per query head: a tensor-parallel rank keeps its heads'.
+    Tensor host = Tensor::cpu({shard.local.num_heads}, DType::kF32);
+    std::copy_n(sinks.begin() + shard.q_head_begin, shard.local.num_heads, host.ptr<float>());
+    w.sinks = loader.upload(std::move(host));
+  }
   if (options.qk_norm) {
     PAGELLM_ASSIGN_OR_RETURN(w.q_norm, load_rms_norm(loader, prefix + "q_norm.weight", hd, options.qk_norm_mode,
                                                      options.eps));
@@ -82,6 +112,7 @@ void Attention::forward(const AttentionWeights& w, const KvCacheView& cache, con
                                  batch.slot_mapping_of(cache.group), w.kv_scales);
   AttentionParams params = attention_params(batch, w.options, cache.group);
   params.kv_scales = w.kv_scales;
+  if (w.sinks.defined()) params.sinks = w.sinks.view();
   backend_.attention(attn.reshape({num_tokens, nh, hd}), q, cache.k, cache.v, params);
   w.o.forward(backend_, out, attn);
 }

@@ -19,6 +19,16 @@ struct AttentionShape {
   int64_t hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
 
+// The heads rank `rank` of `size` computes (tensor parallelism): num_heads / size query heads from
+// q_head_begin, and num_kv_heads / size KV heads from kv_head_begin, or, when there are fewer KV heads
+// than ranks, the one KV head its query heads read (replicated). local is the shape of the shard.
+struct AttentionShard {
+  AttentionShape local;
+  int64_t q_head_begin = 0, kv_head_begin = 0;
+};
+// A one-line error when the heads do not split over `size` ranks.
+Expected<AttentionShard> attention_shard(const AttentionShape& shape, int rank, int size);
+
 // What varies between families and between the layers of one model.
 struct AttentionOptions {
   float scale = 1.0f;           // multiplies q.k: head_dim^-0.5, or query_pre_attn_scalar^-0.5 (Gemma)
@@ -33,12 +43,14 @@ struct AttentionWeights {
   const Rotary* rotary = nullptr;  // owned by the model (shared by the layers of one type)
   AttentionOptions options;
   KvScales kv_scales;  // the FP8 KV cache's k/v scales of this layer (read only when the cache is fp8)
+  Tensor sinks;        // [nH] f32 attention sinks (gpt-oss), or undefined
 };
 
 // How a family names and shapes its attention tensors under `prefix` ("model.layers.3.self_attn.").
 struct AttentionLoadOptions {
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;
+  bool sinks = false;  // `prefix`sinks [nH]: one softmax logit per head (gpt-oss), kept in f32
   NormWeight qk_norm_mode = NormWeight::kPlain;
   float eps = 1e-6f;
 };
@@ -48,6 +60,8 @@ struct AttentionLoadOptions {
 // is not finite and > 0 is an error.
 Expected<KvScales> load_kv_scales(WeightLoader& loader, const std::string& prefix);
 
+// `shape` is the whole model's; a tensor-parallel loader loads its shard (attention_shard): q, k, v
+// rows of its heads and o's input columns of its query heads (o's output is then a partial sum).
 Expected<AttentionWeights> load_attention(WeightLoader& loader, const std::string& prefix, const AttentionShape& shape,
                                           const AttentionLoadOptions& options);
 

@@ -14,9 +14,15 @@ void LmHead::forward(Backend& backend, TensorView logits, TensorView last) const
 }
 
 Expected<Tensor> load_head_weight(WeightLoader& loader, const Tensor& embed_tokens, bool tie_word_embeddings,
-                                  int64_t vocab, int64_t hidden) {
-  if (loader.has("lm_head.weight")) return loader.load("lm_head.weight", {vocab, hidden});
-  if (tie_word_embeddings) return embed_tokens;
+                                  int64_t vocab, int64_t hidden, ShardRange rows) {
+  const bool whole = rows.begin == 0 && rows.count == vocab;
+  if (loader.has("lm_head.weight"))
+    return loader.load_rows({"lm_head.weight"}, {{vocab, hidden}},
+                            whole ? std::vector<TensorSlice>{} : std::vector<TensorSlice>{{rows.begin, rows.count, 0, -1}});
+  if (tie_word_embeddings && whole) return embed_tokens;
+  if (tie_word_embeddings)  // the rows of the table, which stays alive as long as the head does
+    return Tensor(embed_tokens.view().slice_rows(rows.begin, rows.begin + rows.count),
+                  std::make_shared<Tensor>(embed_tokens));
   return invalid_argument("[checkpoint] tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
 }
 

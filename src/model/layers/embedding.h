@@ -25,8 +25,9 @@ struct LmHead {
   void forward(Backend& backend, TensorView logits, TensorView last) const;
 };
 
-// lm_head.weight, or the embedding table when the checkpoint has none and ties them (else an error).
+// lm_head.weight, or the embedding table when the checkpoint has none and ties them (else an error);
+// a tensor-parallel rank keeps the vocabulary rows `rows` ([rows.count, hidden]).
 Expected<Tensor> load_head_weight(WeightLoader& loader, const Tensor& embed_tokens, bool tie_word_embeddings,
-                                  int64_t vocab, int64_t hidden);
+                                  int64_t vocab, int64_t hidden, ShardRange rows);
 
 }  // namespace pagellm::layers

@@ -12,12 +12,16 @@ Expected<MlpWeights> load_gated_mlp(WeightLoader& loader, const std::string& pre
                                     int64_t intermediate, Activation activation, bool with_bias) {
   MlpWeights w;
   w.activation = activation;
-  PAGELLM_ASSIGN_OR_RETURN(w.gate_up, load_linear(loader, {{prefix + "gate_proj", intermediate},
-                                                           {prefix + "up_proj", intermediate}},
+  const ShardRange mine = intermediate_shard(intermediate, loader.tp_rank(), loader.tp_size());
+  PAGELLM_ASSIGN_OR_RETURN(w.gate_up, load_linear(loader, {shard_rows(loader, prefix + "gate_proj", intermediate, mine),
+                                                           shard_rows(loader, prefix + "up_proj", intermediate, mine)},
                                                   hidden, with_bias));
-  PAGELLM_ASSIGN_OR_RETURN(w.down, load_linear(loader, {{prefix + "down_proj", hidden}}, intermediate, with_bias));
+  PAGELLM_ASSIGN_OR_RETURN(w.down, load_linear(loader, {{prefix + "down_proj", hidden}}, intermediate, with_bias,
+                                               shard_columns(loader, mine)));
   return w;
 }
+
+ShardRange intermediate_shard(int64_t intermediate, int rank, int size) { return shard_range(intermediate, rank, size); }
 
 Expected<Activation> parse_activation(const std::string& name) {
   if (name == "silu" || name == "swish") return Activation::kSilu;

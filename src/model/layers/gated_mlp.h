@@ -15,9 +15,13 @@ struct MlpWeights {
   Activation activation = Activation::kSilu;
 };
 
-// prefix.gate_proj / up_proj / down_proj (+ .bias each when with_bias).
+// prefix.gate_proj / up_proj / down_proj (+ .bias each when with_bias). A tensor-parallel shard keeps
+// its columns intermediate_shard(...) of gate and up and the same columns of down's input, so its
+// output is a partial sum over the ranks.
 Expected<MlpWeights> load_gated_mlp(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                                     int64_t intermediate, Activation activation, bool with_bias);
+// The intermediate columns rank `rank` of `size` computes.
+ShardRange intermediate_shard(int64_t intermediate, int rank, int size);
 // A hidden_act / hidden_activation name of config.json; unknown names are an error naming the field.
 Expected<Activation> parse_activation(const std::string& name);
 

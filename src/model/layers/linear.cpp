@@ -11,6 +11,7 @@ void Linear::forward(Backend& backend, TensorView out, const TensorView& x) cons
     case WeightFormat::kDense: backend.matmul(out, x, weight); break;
     case WeightFormat::kFp8Block: backend.matmul_fp8_block(out, x, weight, scales, block_n, block_k); break;
     case WeightFormat::kInt4: backend.matmul_int4(out, x, weight, scales, zeros, block_k); break;
+    case WeightFormat::kMxfp4: backend.matmul_mxfp4(out, x, weight, scales); break;
   }
   if (bias.defined()) backend.add_bias(out, bias);
 }
@@ -165,18 +166,36 @@ Expected<WeightFormat> parts_format(const WeightLoader& loader, const std::vecto
 
 }  // namespace
 
+LinearPart shard_rows(const WeightLoader& loader, std::string prefix, int64_t out_features, ShardRange range) {
+  if (loader.tp_size() == 1) return {std::move(prefix), out_features};
+  return {std::move(prefix), out_features, range.begin, range.count};
+}
+
+InputColumns shard_columns(const WeightLoader& loader, ShardRange range) {
+  if (loader.tp_size() == 1) return {};
+  return {range.begin, range.count};
+}
+
 Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>& parts, int64_t in_features,
-                             bool with_bias) {
+                             bool with_bias, InputColumns columns) {
   CHECK(!parts.empty());
   std::vector<std::string> weight_names, bias_names;
   std::vector<std::vector<int64_t>> weight_shapes, bias_shapes;
+  std::vector<TensorSlice> weight_slices, bias_slices;
+  bool sharded = !columns.all();
   for (const LinearPart& part : parts) {
     weight_names.push_back(part.prefix + ".weight");
     weight_shapes.push_back({part.out_features, in_features});
+    weight_slices.push_back({part.row_begin, part.row_count, columns.begin, columns.count});
     bias_names.push_back(part.prefix + ".bias");
     bias_shapes.push_back({part.out_features});
+    bias_slices.push_back({part.row_begin, part.row_count, 0, -1});
+    sharded = sharded || part.row_begin != 0 || part.row_count >= 0;
   }
   PAGELLM_ASSIGN_OR_RETURN(const WeightFormat format, parts_format(loader, parts));
+  if (sharded && (format != WeightFormat::kDense || loader.quantization().online))
+    return unimplemented("[model] {}: tensor parallelism over quantized projections is not supported yet",
+                         parts[0].prefix);
   Linear linear;
   switch (format) {
     case WeightFormat::kDense: {
@@ -184,7 +203,8 @@ Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>
         PAGELLM_ASSIGN_OR_RETURN(linear, quantize_fp8_at_load(loader, parts, in_features));
         break;
       }
-      PAGELLM_ASSIGN_OR_RETURN(linear.weight, loader.load_rows(weight_names, weight_shapes));
+      PAGELLM_ASSIGN_OR_RETURN(linear.weight, loader.load_rows(weight_names, weight_shapes,
+                                                               sharded ? weight_slices : std::vector<TensorSlice>{}));
       break;
     }
     case WeightFormat::kFp8Block: {
@@ -195,9 +215,12 @@ Expected<Linear> load_linear(WeightLoader& loader, const std::vector<LinearPart>
       PAGELLM_ASSIGN_OR_RETURN(linear, load_int4(loader, parts, in_features));
       break;
     }
+    case WeightFormat::kMxfp4: CHECK_MSG(false, "stored_format never answers kMxfp4");
   }
-  if (with_bias) {
-    PAGELLM_ASSIGN_OR_RETURN(linear.bias, loader.load_rows(bias_names, bias_shapes));
+  // A row-parallel shard's output is a partial sum: the bias is added by one rank only.
+  if (with_bias && (columns.all() || loader.tp_rank() == 0)) {
+    PAGELLM_ASSIGN_OR_RETURN(linear.bias, loader.load_rows(bias_names, bias_shapes,
+                                                           sharded ? bias_slices : std::vector<TensorSlice>{}));
   }
   return linear;
 }

@@ -165,3 +165,63 @@ TEST(KvCacheManager, PrefixCachingOff) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// Hybrid models: a request computes its prompt, writing the checkpoints the scheduler plans.
+int admit_with_checkpoints(KvCacheManager& kv, RequestId id, const std::vector<TokenId>& tokens) {
+  const CachedPrefix prefix = kv.lookup_prefix(tokens);
+  const int num_cached = prefix.num_cached_tokens;
+  const int n = static_cast<int>(tokens.size());
+  EXPECT_TRUE(kv.allocate(id, num_cached, n - num_cached, &prefix));
+  const std::vector<PlannedCheckpoint> planned = kv.reserve_checkpoints(id, num_cached, n, n);
+  kv.cache_computed_blocks(id, tokens, n, n);
+  kv.publish_checkpoints(id, planned);
+  return num_cached;
+}
+
+KvCacheConfig hybrid_config(int num_blocks, int num_checkpoints) {
+  return {.num_blocks = num_blocks, .block_size = 4, .num_state_checkpoints = num_checkpoints,
+          .checkpoint_interval_tokens = 8, .min_recompute_tokens = 2};
+}
+
+TEST(KvCacheManagerCheckpoints, HitEndsOnTheNewestCheckpointLeavingTheMinimumToCompute) {
+  KvCacheManager kv(hybrid_config(32, 8));
+  const std::vector<TokenId> tokens = iota_tokens(27);
+  EXPECT_EQ(admit_and_compute(kv, 1, tokens), 0);  // no checkpoints written: nothing to hit
+  kv.free(1);
+  EXPECT_EQ(kv.lookup_prefix(tokens).num_cached_tokens, 0) << "KV blocks alone are no hit";
+  EXPECT_EQ(admit_with_checkpoints(kv, 2, tokens), 0);  // writes checkpoints at 8, 16, 24
+  kv.free(2);
+  EXPECT_EQ(kv.lookup_prefix(tokens).num_cached_tokens, 24);
+  EXPECT_GE(kv.lookup_prefix(tokens).state_checkpoint, 0);
+  // 25 tokens: 24 would leave one to compute, fewer than 2.
+  EXPECT_EQ(kv.lookup_prefix(iota_tokens(25)).num_cached_tokens, 16);
+  // Shared for 13 tokens: three blocks match, the checkpoint at 8 is the newest below.
+  std::vector<TokenId> partial = iota_tokens(13);
+  partial.push_back(5);
+  partial.push_back(6);
+  partial.push_back(7);
+  EXPECT_EQ(kv.lookup_prefix(partial).num_cached_tokens, 8);
+  EXPECT_TRUE(kv.is_leak_free());
+}
+
+TEST(KvCacheManagerCheckpoints, EvictingAKvBlockDropsItsCheckpointAndFreeCancelsPending) {
+  KvCacheManager kv(hybrid_config(6, 4));
+  const std::vector<TokenId> first = iota_tokens(18);  // 5 blocks, checkpoints at 8 and 16
+  admit_with_checkpoints(kv, 1, first);
+  kv.free(1);
+  EXPECT_EQ(kv.checkpoints().num_cached(), 2);
+  // Another request takes 5 blocks: the LRU cached blocks go, the tail first.
+  ASSERT_TRUE(kv.allocate(2, 0, 20));
+  EXPECT_EQ(kv.checkpoints().num_cached(), 0) << "the blocks ending at 8 and 16 were evicted";
+  EXPECT_EQ(kv.reserve_checkpoints(2, 0, 20, 20).size(), 2u);
+  EXPECT_FALSE(kv.is_leak_free());
+  kv.free(2);  // pending checkpoints go back with the blocks
+  EXPECT_TRUE(kv.is_leak_free());
+  EXPECT_EQ(kv.lookup_prefix(first).num_cached_tokens, 0);
+}
+
+}  // namespace
+}  // namespace pagellm

@@ -41,10 +41,19 @@ TEST(QuantConfig, ReadsAwqAndGptq) {
   EXPECT_EQ(gptq->describe(), "gptq (4-bit, group 32, asymmetric)");
 }
 
+TEST(QuantConfig, ReadsMxfp4) {  // gpt-oss as released
+  auto got = parse(R"({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                       "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]})");
+  ASSERT_TRUE(got.has_value()) << got.status().message();
+  EXPECT_EQ(got->method, QuantMethod::kMxfp4);
+  EXPECT_EQ(got->modules_to_not_convert.size(), 4u);
+  EXPECT_EQ(got->describe(), "mxfp4 (e2m1 MoE experts, e8m0 scales per 32)");
+}
+
 TEST(QuantConfig, EverythingElseIsRefusedByName) {
   EXPECT_EQ(error_of(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})"),
             "[config] config.json: quantization_config.quant_method 'bitsandbytes' is not supported (pagellm reads "
-            "fp8, awq and gptq checkpoints)");
+            "fp8, awq, gptq and mxfp4 checkpoints)");
   EXPECT_EQ(error_of(R"({"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]})"),
             "[config] config.json: quantization_config.activation_scheme 'static' is not supported (pagellm scales FP8 "
             "activations dynamically, per token; static activation scales are not read)");

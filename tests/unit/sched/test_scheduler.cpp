@@ -676,3 +676,53 @@ TEST(SchedulerSliding, ALongRequestHoldsItsWindowNotItsLength) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// Hybrid models at test scale (GDN chunk 8, checkpoints every 8 tokens, blocks of 4): a prompt is
+// cut on chunk ends whatever the budget, its rows plan checkpoints at interval multiples, and a
+// later request with the same prompt starts from the newest checkpoint it can restore.
+TEST(SchedulerHybrid, PromptPiecesEndOnGdnChunksAndARepeatRestoresTheNewestCheckpoint) {
+  SchedulerConfig config = small_config();
+  config.max_num_batched_tokens = 12;
+  config.gdn_chunk_tokens = 8;
+  config.num_state_checkpoints = 8;
+  config.checkpoint_interval_tokens = 8;
+  ASSERT_TRUE(config.validate().is_ok());
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  ASSERT_TRUE(scheduler.add(Request(1, prompt_of(30), greedy(2))).is_ok());
+  std::vector<std::pair<int, int>> pieces;  // (start, end)
+  std::vector<int> checkpoints;
+  while (scheduler.find(1) != nullptr) {
+    const StepPlan plan = step(scheduler, model);
+    for (const ScheduledRequest& row : plan.rows) {
+      pieces.emplace_back(row.start_pos, row.context_len());
+      for (const PlannedCheckpoint& c : row.state_checkpoints) checkpoints.push_back(c.num_tokens);
+    }
+  }
+  const std::vector<std::pair<int, int>> want_pieces = {{0, 8}, {8, 16}, {16, 24}, {24, 30}, {30, 31}};
+  EXPECT_EQ(pieces, want_pieces);
+  EXPECT_EQ(checkpoints, (std::vector<int>{8, 16, 24})) << "prompt positions only, none in decode";
+
+  ASSERT_TRUE(scheduler.add(Request(2, prompt_of(30), greedy(2))).is_ok());
+  const StepPlan plan = step(scheduler, model);
+  ASSERT_EQ(plan.rows.size(), 1u);
+  EXPECT_EQ(plan.rows[0].start_pos, 24);
+  EXPECT_GE(plan.rows[0].restore_state_checkpoint, 0);
+  EXPECT_EQ(scheduler.stats().prefix_cache_hit_tokens, 24);
+  run_to_completion(scheduler, model);
+  EXPECT_TRUE(scheduler.is_leak_free());
+}
+
+TEST(SchedulerHybrid, PrefixCachingWithoutCheckpointsIsRefused) {
+  SchedulerConfig config = small_config();
+  config.gdn_chunk_tokens = 8;
+  EXPECT_FALSE(config.validate().is_ok());
+  config.enable_prefix_caching = false;
+  EXPECT_TRUE(config.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace pagellm

@@ -1,0 +1,162 @@
+#include "model/tensor_parallel_model.h"
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/check.h"
+
+namespace pagellm {
+
+// One thread per rank >= 1 that runs the job it is handed; run() hands every thread the job, runs rank
+// 0's part on the caller's thread and returns when all are done.
+class RankThreads {
+ public:
+  explicit RankThreads(int num_ranks) {
+    for (int rank = 1; rank < num_ranks; ++rank) threads_.emplace_back([this, rank] { loop(rank); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void run(const std::function<void(int rank)>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    job(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int rank) {
+    uint64_t seen = 0;
+    while (true) {
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(rank);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+};
+
+TensorParallelModel::TensorParallelModel(Backend& rank0, std::vector<std::unique_ptr<Model>> ranks,
+                                         std::vector<std::unique_ptr<Backend>> backends)
+    : rank0_(rank0), backends_(std::move(backends)), ranks_(std::move(ranks)) {
+  CHECK(ranks_.size() >= 2 && backends_.size() + 1 == ranks_.size());
+  rank_inputs_.resize(backends_.size());
+  rank_caches_.resize(backends_.size());
+  rank_cache_tensors_.resize(backends_.size());
+  cached_for_.assign(backends_.size(), nullptr);
+  threads_ = std::make_unique<RankThreads>(static_cast<int>(ranks_.size()));
+}
+
+TensorParallelModel::~TensorParallelModel() {
+  threads_.reset();  // no rank runs while the models go
+}
+
+bool TensorParallelModel::shares_memory_with_rank0(size_t rank) const {
+  const Backend& other = *backends_[rank - 1];
+  return other.device() == rank0_.device() && other.device_index() == rank0_.device_index();
+}
+
+MemorySpec TensorParallelModel::memory_spec() const {
+  MemorySpec spec = ranks_[0]->memory_spec();
+  bool one_memory = true;  // every rank's cache where rank 0's is (host memory, or one GPU)
+  for (size_t r = 1; r < ranks_.size(); ++r) one_memory = one_memory && shares_memory_with_rank0(r);
+  if (one_memory) spec.cache_copies = static_cast<int64_t>(ranks_.size());
+  return spec;
+}
+
+StepBatch TensorParallelModel::rank_batch(size_t rank, const StepBatch& batch) {
+  if (shares_memory_with_rank0(rank)) return batch;
+  Backend& backend = *backends_[rank - 1];
+  std::vector<Tensor>& keep = rank_inputs_[rank - 1];
+  keep.clear();
+  auto copy = [&](const TensorView& from) {
+    if (from.data == nullptr) return from;
+    Tensor mine = backend.alloc(from.shape, from.dtype);
+    backend.copy(mine.view(), from);
+    keep.push_back(mine);
+    return mine.view();
+  };
+  StepBatch out = batch;
+  for (TensorView* v : {&out.token_ids, &out.positions, &out.cu_seqlens_q, &out.seq_lens_k, &out.block_tables,
+                        &out.slot_mapping, &out.logits_rows, &out.state_slots})
+    *v = copy(*v);
+  for (TensorView& v : out.more_block_tables) v = copy(v);
+  for (TensorView& v : out.more_slot_mappings) v = copy(v);
+  return out;
+}
+
+const CacheViews& TensorParallelModel::rank_caches(size_t rank, const CacheViews& caches) {
+  const void* first = caches.attention_layers.empty() ? nullptr : caches.attention_layers[0].k.data;
+  const size_t i = rank - 1;
+  if (first != cached_for_[i]) {
+    CHECK_MSG(caches.gdn_layers.empty(), "tensor parallelism has no Gated DeltaNet state shards");
+    rank_caches_[i] = {};
+    rank_cache_tensors_[i].clear();
+    std::map<const void*, TensorView> copies;  // rank 0's tensor -> this rank's copy
+    auto copy_of = [&](const TensorView& t) {
+      auto it = copies.find(t.data);
+      if (it != copies.end()) return it->second;
+      Tensor mine = backends_[i]->alloc(t.shape, t.dtype);
+      rank_cache_tensors_[i].push_back(mine);
+      return copies[t.data] = mine.view();
+    };
+    for (const KvCacheView& layer : caches.attention_layers)
+      rank_caches_[i].attention_layers.push_back({copy_of(layer.k), copy_of(layer.v), layer.group});
+    cached_for_[i] = first;
+  }
+  return rank_caches_[i];
+}
+
+void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) {
+  for (size_t r = 1; r < ranks_.size(); ++r) {  // before the threads start
+    backends_[r - 1]->make_current();
+    rank_caches(r, caches);
+  }
+  rank0_.make_current();
+  // Rank 0's backend queued the step's inputs on its own stream: the other ranks read them once there.
+  rank0_.synchronize();
+  threads_->run([&](int rank) {
+    if (rank == 0) {
+      ranks_[0]->forward(batch, caches, logits);
+      return;
+    }
+    const size_t r = static_cast<size_t>(rank);
+    backends_[r - 1]->make_current();
+    const StepBatch mine = rank_batch(r, batch);
+    ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
+    backends_[r - 1]->synchronize();  // the copies of the inputs live until the rank is done with them
+  });
+}
+
+}  // namespace pagellm
