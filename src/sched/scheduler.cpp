@@ -179,7 +179,8 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
       if (victim == request) break;
     }
     if (!fits) continue;
-    scheduled.push_back({request, num_new_tokens, /*is_new=*/false, /*restore_state_checkpoint=*/-1, request_drafts});
+    scheduled.push_back(
+        {.request = request, .num_new_tokens = num_new_tokens, .is_new = false, .drafts = request_drafts});
     budget -= num_new_tokens;
   }
 }

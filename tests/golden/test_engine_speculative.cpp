@@ -175,10 +175,12 @@ TEST(Speculative, SeededSamplingPenaltiesLogprobsAndStopsGiveThePlainRun) {
   EXPECT_TRUE(spec_llm->engine().is_idle_and_leak_free());
 }
 
-// Unseeded draws at temperature 1 (top-5): the token sampled at a speculative position follows the
-// target's distribution. Given the likeliest first output v, the n-gram proposer drafts the token
-// that followed v in the prompt, one likely enough to be kept often and rejected often. Were a rejected draft's replacement drawn from the full p
-// again (rather than p without the draft), P(draft) would grow from p(d) to p(d)(2 - p(d)).
+// Draws at temperature 1 (top-5), one seed per request: the token sampled at a speculative
+// position follows the target's distribution. Given the likeliest first output v, the n-gram
+// proposer drafts the token that followed v in the prompt, one likely enough to be kept often and
+// rejected often. Were a rejected draft's replacement drawn from the full p again (rather than p
+// without the draft), P(draft) would grow from p(d) to p(d)(2 - p(d)); keeping the draft on a third
+// of the rejections gives a chi-square above 200.
 TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.has_value());
@@ -242,6 +244,7 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
     r.sampling.ignore_eos = true;
     r.sampling.temperature = 1.0f;
     r.sampling.top_k = kTopK;
+    r.sampling.seed = i;  // independent draws, the same from run to run
     requests.push_back(r);
   }
   (void)llm->generate({requests[0]});  // the prompt's blocks enter the prefix cache: the rest compute its tail only
@@ -266,8 +269,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
   EXPECT_LT(chi_square, 18.47) << "chi-square with 4 degrees of freedom, p = 0.001";
   const EngineMetrics m = llm->engine().metrics();
   EXPECT_GE(m.spec_decode_num_drafts, static_cast<uint64_t>(conditioned));  // every output 1 after v had a draft
-  EXPECT_GT(m.spec_decode_num_accepted_tokens, 100u);
-  EXPECT_LT(m.spec_decode_num_accepted_tokens + 100, m.spec_decode_num_draft_tokens);
+  EXPECT_GT(m.spec_decode_num_accepted_tokens, 30u);
+  EXPECT_LT(m.spec_decode_num_accepted_tokens + 30, m.spec_decode_num_draft_tokens);
   EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
 }
 
