@@ -232,7 +232,8 @@ struct DeltaInputs {
     Tensor d_state = to_device(backend, state0.view());
     Tensor d_out = poisoned(backend, {t, s.hv, s.dv}, dtype);
     const Tensor d_checkpoints = checkpoints.empty() ? Tensor() : to_device(backend, i32_tensor(checkpoints).view());
-    const TensorView cv = d_conv.view(), abv = d_ab.view();
+    // Rows of this batch only (a prefix batch reads the first tokens of the full batch's inputs).
+    const TensorView cv = d_conv.view().slice_rows(0, t), abv = d_ab.view().slice_rows(0, t);
     backend.gdn_delta_rule(d_out.view(), heads_of(cv, 0, s.hk, s.dk), heads_of(cv, key_dim, s.hk, s.dk),
                            heads_of(cv, 2 * key_dim, s.hv, s.dv), columns_of(abv, 8 + s.hv, s.hv),
                            columns_of(abv, 8, s.hv), d_alog.view(), d_dtb.view(), d_state.view(),
