@@ -34,6 +34,10 @@ std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
   return cases;
 }
 
+void PrintTo(const TpCase& c, std::ostream* os) {
+  *os << c.device << "/" << c.fixture << " tp " << c.tensor_parallel_size;
+}
+
 class TensorParallelGolden : public ::testing::TestWithParam<TpCase> {};
 
 std::vector<CompletedRequest> run_greedy(const fs::path& dir, EngineConfig config, const std::vector<GoldenCase>& cases,
