@@ -1,5 +1,7 @@
 #include "model/moe_ffn.h"
 
+#include "model/layers/gated_mlp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -73,11 +75,19 @@ Routing route(const std::vector<float>& logits, int64_t num_tokens, int64_t num_
   return routing;
 }
 
+// A tensor-parallel rank keeps its columns of the expert's width (gate and up rows, down's input
+// columns), so the expert's output is a partial sum the decoder adds up over the ranks.
 Expected<SwiGluWeights> load_swiglu(WeightLoader& loader, const std::string& p, int64_t hidden, int64_t width) {
   SwiGluWeights w;
+  std::vector<TensorSlice> rows, columns;
+  if (loader.tp_size() > 1) {
+    const ShardRange mine = layers::intermediate_shard(width, loader.tp_rank(), loader.tp_size());
+    rows.assign(2, TensorSlice{mine.begin, mine.count, 0, -1});
+    columns.assign(1, TensorSlice{0, -1, mine.begin, mine.count});
+  }
   PAGELLM_ASSIGN_OR_RETURN(w.gate_up.weight, loader.load_rows({p + "gate_proj.weight", p + "up_proj.weight"},
-                                                              {{width, hidden}, {width, hidden}}));
-  PAGELLM_ASSIGN_OR_RETURN(w.down.weight, loader.load(p + "down_proj.weight", {hidden, width}));
+                                                              {{width, hidden}, {width, hidden}}, rows));
+  PAGELLM_ASSIGN_OR_RETURN(w.down.weight, loader.load_rows({p + "down_proj.weight"}, {{hidden, width}}, columns));
   return w;
 }
 
@@ -108,6 +118,9 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
   MoeWeights w;
   PAGELLM_ASSIGN_OR_RETURN(w.router.weight, loader.load(p + "gate.weight", {e_count, h}));
   if (loader.has(p + "experts.gate_up_proj")) {
+    if (loader.tp_size() > 1)
+      return unimplemented("[model] {}experts.gate_up_proj: tensor parallelism over fused expert tensors is not "
+                           "supported yet (per-expert tensors are)", p);
     PAGELLM_RETURN_IF_ERROR(load_fused_experts(loader, backend, weight_dtype, p, e_count, h, width, w));
   } else {
     for (int64_t e = 0; e < e_count; ++e) {
@@ -132,8 +145,12 @@ MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style)
     act_.define(kSharedAct, config.shared_expert_intermediate_size);
   }
   act_.define(kGathered, h);
-  act_.define(kExpertGateUp, 2 * config.moe_intermediate_size);
-  act_.define(kExpertAct, config.moe_intermediate_size);
+  // A tensor-parallel rank computes its columns of each expert's width.
+  const int64_t width =
+      layers::intermediate_shard(config.moe_intermediate_size, backend.tensor_parallel_rank(),
+                                 backend.tensor_parallel_size()).count;
+  act_.define(kExpertGateUp, 2 * width);
+  act_.define(kExpertAct, width);
   act_.define(kExpertOut, h);
 }
 

@@ -1,6 +1,6 @@
 // Tensor parallelism on the CPU twin (ranks as threads, model/tensor_parallel_model.h), and on CUDA
 // with the ranks sharing one GPU: the dense
-// transformers fixtures split over 2 and 4 ranks (heads, MLP columns and vocabulary; 4 ranks over 2
+// transformers fixtures split over 2 and 4 ranks (heads, MLP and expert columns, vocabulary; 4 ranks over 2
 // or 1 KV heads replicate them) give transformers' greedy tokens through the paged engine, alone and
 // batched with chunked prefill, prefix-cache hits and tiny blocks, with top-5 logprobs equal to the
 // unsplit engine's within 1e-4 (CPU; 1e-3 on CUDA), and leave no request or block behind. Models a split does not fit
@@ -26,7 +26,8 @@ std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
       if (!name.ends_with("_f32")) continue;
       const fs::path dir = golden_fixture_root(root) / name;
       auto config = load_model_config((dir / "config.json").string());
-      if (!config.has_value() || config->num_experts > 0) continue;  // MoE layers refuse a split for now
+      // gpt-oss's MoE layers refuse a split for now (Qwen3-MoE's experts split by columns).
+      if (!config.has_value() || config->architecture == "GptOssForCausalLM") continue;
       for (int size : {2, 4})
         if (config->num_attention_heads % size == 0) cases.push_back({std::string(root) + "/" + name, size, device});
     }
@@ -106,15 +107,17 @@ INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden, ::testing::ValuesIn(tp_cases
 // rank, sharded weights, per-rank caches, the same-device all-reduce); NCCL over GPUs needs more cards.
 INSTANTIATE_TEST_SUITE_P(Cuda, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cuda")), case_name);
 
-TEST(TensorParallelGolden, CoversDenseFixturesWithOneAndTwoKvHeads) {
+TEST(TensorParallelGolden, CoversDenseFixturesWithOneAndTwoKvHeadsAndQwen3Moe) {
   // Fails (rather than skips) when the fixtures are missing: CI must run them.
-  bool one_kv_head_over_four = false, two_kv_heads_over_two = false;
+  bool one_kv_head_over_four = false, two_kv_heads_over_two = false, moe = false;
   for (const TpCase& c : tp_cases()) {
     auto config = load_model_config((golden_fixture_root("") / c.fixture / "config.json").string());
     ASSERT_TRUE(config.has_value());
     one_kv_head_over_four |= config->num_key_value_heads == 1 && c.tensor_parallel_size == 4;
     two_kv_heads_over_two |= config->num_key_value_heads == 2 && c.tensor_parallel_size == 2;
+    moe |= config->architecture == "Qwen3MoeForCausalLM";
   }
+  EXPECT_TRUE(moe);
   EXPECT_TRUE(one_kv_head_over_four);
   EXPECT_TRUE(two_kv_heads_over_two);
 }
@@ -132,7 +135,7 @@ TEST(TensorParallelGolden, RefusesSplitsTheModelDoesNotFit) {
   EXPECT_NE(load_error(golden_fixture_root("families") / "llama3_untied_f32", 3).find(
                 "--tensor-parallel-size 3 does not divide num_attention_heads 4"),
             std::string::npos);
-  EXPECT_NE(load_error(golden_fixture_root("families") / "qwen3_moe_f32", 2).find("MoE layers is not supported yet"),
+  EXPECT_NE(load_error(golden_fixture_root("families") / "gpt_oss_f32", 2).find("MoE layers is not supported yet"),
             std::string::npos);
   EXPECT_NE(load_error(golden_fixture_root("hybrid") / "qwen3_5_text_tiny_f32", 2).find("Gated DeltaNet"),
             std::string::npos);
