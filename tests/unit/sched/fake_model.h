@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -191,6 +192,13 @@ inline SamplingParams greedy(int max_tokens, bool ignore_eos = true) {
   params.max_tokens = max_tokens;
   params.ignore_eos = ignore_eos;
   return params;
+}
+
+// Prompt ids first, first + 1, ... (num_tokens of them).
+inline std::vector<TokenId> prompt_of(int num_tokens, TokenId first = 1000) {
+  std::vector<TokenId> tokens(static_cast<size_t>(num_tokens));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
 }
 
 }  // namespace pagellm::testing

@@ -11,13 +11,8 @@ namespace {
 
 using testing::FakeModel;
 using testing::greedy;
+using testing::prompt_of;
 using testing::run_to_completion;
-
-std::vector<TokenId> prompt_of(int num_tokens, TokenId first = 1000) {
-  std::vector<TokenId> tokens(num_tokens);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
 
 SchedulerConfig small_config() {
   SchedulerConfig config;

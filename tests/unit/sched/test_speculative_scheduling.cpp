@@ -17,12 +17,7 @@ namespace {
 
 using testing::FakeModel;
 using testing::greedy;
-
-std::vector<TokenId> prompt_of(int num_tokens, TokenId first = 1000) {
-  std::vector<TokenId> tokens(num_tokens);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
+using testing::prompt_of;
 
 SchedulerConfig small_config() {
   SchedulerConfig config;
