@@ -245,8 +245,9 @@ Expected<std::unique_ptr<Model>> make_decoder(const ModelConfig& config, const D
   const int tp_size = backend.tensor_parallel_size();
   PAGELLM_ASSIGN_OR_RETURN(const layers::AttentionShard shard,
                            layers::attention_shard(attention_shape(config), backend.tensor_parallel_rank(), tp_size));
-  if (tp_size > 1 && spec.moe && config.num_experts > 0 && spec.moe_style != MoeStyle::kQwen)
-    return unimplemented("[model] {}: tensor parallelism over its MoE layers is not supported yet", spec.family);
+  if (spec.moe && config.num_experts > 0 && spec.moe_style == MoeStyle::kGptOss)
+    PAGELLM_RETURN_IF_ERROR(gpt_oss_expert_shard(config.moe_intermediate_size, backend.tensor_parallel_rank(), tp_size)
+                                .status());
   auto model = std::make_unique<DecoderModel>(config, spec, backend, shard.local);
   PAGELLM_RETURN_IF_ERROR(model->load(checkpoint));
   return std::unique_ptr<Model>(std::move(model));

@@ -42,20 +42,63 @@ std::vector<float> regroup_qwen3_next(const std::vector<float>& qkvz, const std:
   return fused;
 }
 
+// The in_proj rows (fused order q | k | v | z | b | a) and conv1d channels (q | k | v) of a shard's heads.
+struct ShardRows {
+  ShardRange q, k, v, z, b, a;
+  std::vector<ShardRange> conv() const { return {q, k, v}; }
+  std::vector<ShardRange> in_proj() const { return {q, k, v, z, b, a}; }
+};
+
+ShardRows shard_rows_of(const GdnShape& s, const GdnShard& shard) {
+  const GdnShape& l = shard.local;
+  const int64_t z_base = s.conv_dim(), b_base = z_base + s.value_dim(), a_base = b_base + s.num_v_heads;
+  return {{shard.k_head_begin * s.dk, l.key_dim()},
+          {s.key_dim() + shard.k_head_begin * s.dk, l.key_dim()},
+          {2 * s.key_dim() + shard.v_head_begin * s.dv, l.value_dim()},
+          {z_base + shard.v_head_begin * s.dv, l.value_dim()},
+          {b_base + shard.v_head_begin, l.num_v_heads},
+          {a_base + shard.v_head_begin, l.num_v_heads}};
+}
+
+// The rows `ranges` of a host row-major [*, cols] matrix, stacked in order.
+std::vector<float> take_rows(const std::vector<float>& host, int64_t cols, const std::vector<ShardRange>& ranges) {
+  std::vector<float> out;
+  for (const ShardRange& r : ranges)
+    out.insert(out.end(), host.begin() + r.begin * cols, host.begin() + (r.begin + r.count) * cols);
+  return out;
+}
+
 Expected<layers::Linear> load_in_proj(WeightLoader& loader, Backend& backend, DType weight_dtype, const GdnShape& s,
-                                      const std::string& p) {
+                                      const GdnShard& shard, const std::string& p) {
   const int64_t h = s.hidden;
+  const bool whole = loader.tp_size() == 1;
+  const ShardRows rows = shard_rows_of(s, shard);
   if (loader.has(p + "in_proj_qkvz.weight")) {  // dense only: the regrouping permutes rows of a plain matrix
     PAGELLM_ASSIGN_OR_RETURN(std::vector<float> qkvz,
                              loader.load_host_f32(p + "in_proj_qkvz.weight", {s.conv_dim() + s.value_dim(), h}));
     PAGELLM_ASSIGN_OR_RETURN(std::vector<float> ba, loader.load_host_f32(p + "in_proj_ba.weight", {2 * s.num_v_heads, h}));
+    std::vector<float> fused = regroup_qwen3_next(qkvz, ba, s);
+    if (!whole) fused = take_rows(fused, h, rows.in_proj());
     layers::Linear linear;
-    linear.weight = upload_matrix(backend, regroup_qwen3_next(qkvz, ba, s), Shape{s.in_proj_rows(), h}, weight_dtype);
+    linear.weight = upload_matrix(backend, fused, Shape{shard.local.in_proj_rows(), h}, weight_dtype);
     return linear;
   }
+  if (whole)
+    return layers::load_linear(loader,
+                               {{p + "in_proj_qkv", s.conv_dim()}, {p + "in_proj_z", s.value_dim()},
+                                {p + "in_proj_b", s.num_v_heads}, {p + "in_proj_a", s.num_v_heads}},
+                               h, false);
+  // Each part of the shard is a slice of one checkpoint tensor (q, k and v of in_proj_qkv are three).
+  auto part = [&](const std::string& name, int64_t rows_total, int64_t base, ShardRange r) {
+    return layers::LinearPart{p + name, rows_total, r.begin - base, r.count};
+  };
+  const int64_t z_base = s.conv_dim(), b_base = z_base + s.value_dim(), a_base = b_base + s.num_v_heads;
   return layers::load_linear(loader,
-                             {{p + "in_proj_qkv", s.conv_dim()}, {p + "in_proj_z", s.value_dim()},
-                              {p + "in_proj_b", s.num_v_heads}, {p + "in_proj_a", s.num_v_heads}},
+                             {part("in_proj_qkv", s.conv_dim(), 0, rows.q), part("in_proj_qkv", s.conv_dim(), 0, rows.k),
+                              part("in_proj_qkv", s.conv_dim(), 0, rows.v),
+                              part("in_proj_z", s.value_dim(), z_base, rows.z),
+                              part("in_proj_b", s.num_v_heads, b_base, rows.b),
+                              part("in_proj_a", s.num_v_heads, a_base, rows.a)},
                              h, false);
 }
 
@@ -71,24 +114,52 @@ Tensor upload_matrix(Backend& backend, const std::vector<float>& host, Shape sha
   return device;
 }
 
+Expected<GdnShard> gdn_shard(const GdnShape& shape, int rank, int size) {
+  GdnShard shard{shape, 0, 0};
+  if (size == 1) return shard;
+  const int64_t hk = shape.num_k_heads, hv = shape.num_v_heads;
+  if (hv % size != 0)
+    return invalid_argument("[model] --tensor-parallel-size {} does not divide linear_num_value_heads {}", size, hv);
+  if (hk % size != 0 && size % hk != 0)
+    return invalid_argument("[model] --tensor-parallel-size {} and linear_num_key_heads {}: one must divide the other",
+                            size, hk);
+  shard.local.num_v_heads = hv / size;
+  shard.v_head_begin = rank * shard.local.num_v_heads;
+  shard.local.num_k_heads = std::max<int64_t>(hk / size, 1);
+  // Value head h reads key head h / (Hv / Hk): with fewer key heads than ranks, the rank's value heads share one.
+  shard.k_head_begin = hk % size == 0 ? rank * shard.local.num_k_heads : shard.v_head_begin / (hv / hk);
+  return shard;
+}
+
 Expected<GdnWeights> load_gdn_weights(WeightLoader& loader, Backend& backend, DType weight_dtype,
                                       const GdnShape& s, const std::string& p) {
+  PAGELLM_ASSIGN_OR_RETURN(const GdnShard shard, gdn_shard(s, loader.tp_rank(), loader.tp_size()));
+  const GdnShape& l = shard.local;
+  const bool whole = loader.tp_size() == 1;
+  const ShardRange v_heads{shard.v_head_begin, l.num_v_heads};
   GdnWeights w;
-  PAGELLM_ASSIGN_OR_RETURN(w.in_proj, load_in_proj(loader, backend, weight_dtype, s, p));
+  PAGELLM_ASSIGN_OR_RETURN(w.in_proj, load_in_proj(loader, backend, weight_dtype, s, shard, p));
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> conv, loader.load_host_f32(p + "conv1d.weight", {s.conv_dim(), 1, s.conv_kernel}));
-  w.conv1d = upload_matrix(backend, conv, Shape{s.conv_dim(), s.conv_kernel}, weight_dtype);
+  if (!whole) conv = take_rows(conv, s.conv_kernel, shard_rows_of(s, shard).conv());
+  w.conv1d = upload_matrix(backend, conv, Shape{l.conv_dim(), s.conv_kernel}, weight_dtype);
   // The gates are computed in f32 whatever the checkpoint's dtype (spec B.7).
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> a_log, loader.load_host_f32(p + "A_log", {s.num_v_heads}));
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> dt_bias, loader.load_host_f32(p + "dt_bias", {s.num_v_heads}));
-  w.a_log = upload_matrix(backend, a_log, Shape{s.num_v_heads}, DType::kF32);
-  w.dt_bias = upload_matrix(backend, dt_bias, Shape{s.num_v_heads}, DType::kF32);
-  PAGELLM_ASSIGN_OR_RETURN(w.norm, loader.load(p + "norm.weight", {s.dv}));
-  PAGELLM_ASSIGN_OR_RETURN(w.out_proj, layers::load_linear(loader, {{p + "out_proj", s.hidden}}, s.value_dim(), false));
+  if (!whole) {
+    a_log = take_rows(a_log, 1, {v_heads});
+    dt_bias = take_rows(dt_bias, 1, {v_heads});
+  }
+  w.a_log = upload_matrix(backend, a_log, Shape{l.num_v_heads}, DType::kF32);
+  w.dt_bias = upload_matrix(backend, dt_bias, Shape{l.num_v_heads}, DType::kF32);
+  PAGELLM_ASSIGN_OR_RETURN(w.norm, loader.load(p + "norm.weight", {s.dv}));  // per head: the same on every rank
+  PAGELLM_ASSIGN_OR_RETURN(w.out_proj, layers::load_linear(loader, {{p + "out_proj", s.hidden}}, s.value_dim(), false,
+                                                           layers::shard_columns(loader, {v_heads.begin * s.dv,
+                                                                                          l.value_dim()})));
   return w;
 }
 
-GdnMixer::GdnMixer(const ModelConfig& config, Backend& backend)
-    : shape_(config), eps_(static_cast<float>(config.rms_norm_eps)), backend_(backend), act_(backend, config.dtype) {
+GdnMixer::GdnMixer(const GdnShape& local, float eps, Backend& backend, DType dtype)
+    : shape_(local), eps_(eps), backend_(backend), act_(backend, dtype) {
   act_.define(kInProj, shape_.in_proj_rows());
   act_.define(kConvOut, shape_.conv_dim());
   act_.define(kCore, shape_.value_dim());

@@ -32,6 +32,7 @@ struct GdnWeights {
 // Sizes of the GDN layers of a config.
 struct GdnShape {
   int64_t hidden = 0, num_k_heads = 0, num_v_heads = 0, dk = 0, dv = 0, conv_kernel = 0;
+  GdnShape() = default;
   explicit GdnShape(const ModelConfig& c)
       : hidden(c.hidden_size), num_k_heads(c.linear_num_key_heads), num_v_heads(c.linear_num_value_heads),
         dk(c.linear_key_head_dim), dv(c.linear_value_head_dim), conv_kernel(c.linear_conv_kernel_dim) {}
@@ -41,8 +42,22 @@ struct GdnShape {
   int64_t in_proj_rows() const { return conv_dim() + value_dim() + 2 * num_v_heads; }
 };
 
+// The GDN heads rank `rank` of `size` computes (tensor parallelism): num_v_heads / size value heads
+// from v_head_begin and the key heads they read, num_k_heads / size from k_head_begin, or, with fewer
+// key heads than ranks, the one key head of its value heads (replicated, as KV heads of attention).
+// local is the shard's shape: its conv channels (q, k, v of its heads), gates and state hold its heads only.
+struct GdnShard {
+  GdnShape local;
+  int64_t k_head_begin = 0, v_head_begin = 0;
+};
+// A one-line error when the heads do not split over `size` ranks.
+Expected<GdnShard> gdn_shard(const GdnShape& shape, int rank, int size);
+
 // Loads the GDN weights under `prefix` ("model.layers.3.linear_attn."), either checkpoint layout;
-// matrices end up in `weight_dtype`, A_log and dt_bias in f32.
+// matrices end up in `weight_dtype`, A_log and dt_bias in f32. `shape` is the whole model's; a
+// tensor-parallel loader loads its shard (gdn_shard): the in_proj rows and conv1d channels of its heads,
+// their A_log and dt_bias, and out_proj's input columns of its value heads (out_proj's output is then a
+// partial sum).
 Expected<GdnWeights> load_gdn_weights(WeightLoader& loader, Backend& backend, DType weight_dtype,
                                       const GdnShape& shape, const std::string& prefix);
 
@@ -51,7 +66,8 @@ Tensor upload_matrix(Backend& backend, const std::vector<float>& host, Shape sha
 
 class GdnMixer {
  public:
-  GdnMixer(const ModelConfig& config, Backend& backend);
+  // `local` is this rank's shard of the heads (the whole shape without tensor parallelism).
+  GdnMixer(const GdnShape& local, float eps, Backend& backend, DType dtype);
   // out[T, H] = the mixer of normed[T, H]; reads and updates the batch's state slots in `state`.
   void forward(const GdnWeights& weights, const StepBatch& batch, const GdnStateView& state,
                const TensorView& normed, TensorView out);

@@ -18,8 +18,20 @@ namespace pagellm {
 
 namespace {
 
-// Where row j of the de-interleaved [gate | up] stack of width 2I comes from in the interleaved one.
-int64_t interleaved_row(int64_t j, int64_t width) { return j < width ? 2 * j : 2 * (j - width) + 1; }
+// The rows of the interleaved gate_up stack (width 2I: gate = even rows, up = odd ones) that make this
+// shard's de-interleaved [gate | up] rows: gate columns `mine`, then the same up columns.
+std::vector<int64_t> gate_up_source_rows(ShardRange mine) {
+  std::vector<int64_t> rows;
+  for (int64_t parity : {0, 1})
+    for (int64_t j = mine.begin; j < mine.begin + mine.count; ++j) rows.push_back(2 * j + parity);
+  return rows;
+}
+
+std::vector<int64_t> all_rows(int64_t count) {
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) rows[static_cast<size_t>(j)] = j;
+  return rows;
+}
 
 Expected<const TensorInfo*> raw_u8(const WeightLoader& loader, const std::string& name, const std::vector<int64_t>& shape) {
   PAGELLM_ASSIGN_OR_RETURN(const TensorInfo* info, loader.raw(name, shape));
@@ -28,19 +40,23 @@ Expected<const TensorInfo*> raw_u8(const WeightLoader& loader, const std::string
   return info;
 }
 
-// Rows of expert e of a [E, rows, row_bytes] U8 tensor, in the order `source_row` gives, as [rows, row_bytes].
-Tensor expert_rows_u8(const TensorInfo& info, int64_t e, int64_t rows, int64_t row_bytes, bool deinterleave) {
-  Tensor host = Tensor::cpu({rows, row_bytes}, DType::kU8);
+// Expert e of a [E, rows, row_bytes] U8 tensor: rows `source_rows` in that order, bytes `columns` of
+// each, as [source_rows, columns.count].
+Tensor expert_rows_u8(const TensorInfo& info, int64_t e, int64_t rows, int64_t row_bytes,
+                      const std::vector<int64_t>& source_rows, ShardRange columns) {
+  const auto out_rows = static_cast<int64_t>(source_rows.size());
+  Tensor host = Tensor::cpu({out_rows, columns.count}, DType::kU8);
   const auto* src = static_cast<const uint8_t*>(info.data) + e * rows * row_bytes;
-  for (int64_t j = 0; j < rows; ++j) {
-    const int64_t from = deinterleave ? interleaved_row(j, rows / 2) : j;
-    std::memcpy(host.ptr<uint8_t>() + j * row_bytes, src + from * row_bytes, static_cast<size_t>(row_bytes));
-  }
+  for (int64_t j = 0; j < out_rows; ++j)
+    std::memcpy(host.ptr<uint8_t>() + j * columns.count, src + source_rows[static_cast<size_t>(j)] * row_bytes + columns.begin,
+                static_cast<size_t>(columns.count));
   return host;
 }
 
+// `inputs`: the input columns the shard keeps (whole-group multiples of 32).
 Expected<layers::Linear> mxfp4_linear(WeightLoader& loader, const std::string& name, int64_t num_experts, int64_t e,
-                                      int64_t out_features, int64_t in_features, bool deinterleave) {
+                                      int64_t out_features, int64_t in_features, const std::vector<int64_t>& source_rows,
+                                      ShardRange inputs) {
   if (in_features % kMxfp4Group != 0)
     return invalid_argument("[checkpoint] {}: MXFP4 needs an input width divisible by 32, got {}", name, in_features);
   const int64_t groups = in_features / kMxfp4Group;
@@ -49,33 +65,43 @@ Expected<layers::Linear> mxfp4_linear(WeightLoader& loader, const std::string& n
   PAGELLM_ASSIGN_OR_RETURN(const TensorInfo* scales, raw_u8(loader, name + "_scales", {num_experts, out_features, groups}));
   layers::Linear linear;
   linear.format = layers::WeightFormat::kMxfp4;
-  linear.weight = loader.upload(expert_rows_u8(*blocks, e, out_features, in_features / 2, deinterleave));
-  linear.scales = loader.upload(expert_rows_u8(*scales, e, out_features, groups, deinterleave));
+  linear.weight = loader.upload(expert_rows_u8(*blocks, e, out_features, in_features / 2, source_rows,
+                                               {inputs.begin / 2, inputs.count / 2}));
+  linear.scales = loader.upload(expert_rows_u8(*scales, e, out_features, groups, source_rows,
+                                               {inputs.begin / kMxfp4Group, inputs.count / kMxfp4Group}));
   return linear;
 }
 
-// Expert e of a dense [E, in, out] parameter as the [out, in] weight of a Linear (rows de-interleaved
-// when asked).
+// Expert e of a dense [E, in, out] parameter as the [source_rows, inputs.count] weight of a Linear:
+// output columns `source_rows`, input rows `inputs`.
 Tensor dense_expert_weight(Backend& backend, const std::vector<float>& all, int64_t e, int64_t in_features,
-                           int64_t out_features, bool deinterleave, DType dtype) {
-  std::vector<float> w(static_cast<size_t>(out_features * in_features));
+                           int64_t out_features, const std::vector<int64_t>& source_rows, ShardRange inputs, DType dtype) {
+  const auto out_rows = static_cast<int64_t>(source_rows.size());
+  std::vector<float> w(static_cast<size_t>(out_rows * inputs.count));
   const float* src = all.data() + e * in_features * out_features;
-  for (int64_t j = 0; j < out_features; ++j) {
-    const int64_t from = deinterleave ? interleaved_row(j, out_features / 2) : j;
-    for (int64_t k = 0; k < in_features; ++k) w[static_cast<size_t>(j * in_features + k)] = src[k * out_features + from];
-  }
-  return upload_matrix(backend, w, Shape{out_features, in_features}, dtype);
+  for (int64_t j = 0; j < out_rows; ++j)
+    for (int64_t k = 0; k < inputs.count; ++k)
+      w[static_cast<size_t>(j * inputs.count + k)] = src[(inputs.begin + k) * out_features + source_rows[static_cast<size_t>(j)]];
+  return upload_matrix(backend, w, Shape{out_rows, inputs.count}, dtype);
 }
 
-Tensor expert_bias(Backend& backend, const std::vector<float>& all, int64_t e, int64_t width, bool deinterleave,
-                   DType dtype) {
-  std::vector<float> b(static_cast<size_t>(width));
-  for (int64_t j = 0; j < width; ++j)
-    b[static_cast<size_t>(j)] = all[static_cast<size_t>(e * width + (deinterleave ? interleaved_row(j, width / 2) : j))];
-  return upload_matrix(backend, b, Shape{width}, dtype);
+Tensor expert_bias(Backend& backend, const std::vector<float>& all, int64_t e, int64_t width,
+                   const std::vector<int64_t>& source_rows, DType dtype) {
+  std::vector<float> b;
+  for (int64_t j : source_rows) b.push_back(all[static_cast<size_t>(e * width + j)]);
+  return upload_matrix(backend, b, Shape{static_cast<int64_t>(b.size())}, dtype);
 }
 
 }  // namespace
+
+Expected<ShardRange> gpt_oss_expert_shard(int64_t width, int rank, int size) {
+  if (size == 1) return ShardRange{0, width};
+  if (width % kMxfp4Group != 0 || width / kMxfp4Group < size)
+    return invalid_argument("[model] --tensor-parallel-size {}: gpt-oss experts of width {} split in whole groups of "
+                            "{} columns (MXFP4's blocks), which leaves a rank none", size, width, kMxfp4Group);
+  const ShardRange groups = shard_range(width / kMxfp4Group, rank, size);
+  return ShardRange{groups.begin * kMxfp4Group, groups.count * kMxfp4Group};
+}
 
 Expected<MoeWeights> load_gpt_oss_moe_weights(WeightLoader& loader, Backend& backend, const ModelConfig& c,
                                               const std::string& p) {
@@ -99,17 +125,22 @@ Expected<MoeWeights> load_gpt_oss_moe_weights(WeightLoader& loader, Backend& bac
     PAGELLM_ASSIGN_OR_RETURN(gate_up_dense, loader.load_host_f32(gate_up, {num_experts, h, 2 * width}));
     PAGELLM_ASSIGN_OR_RETURN(down_dense, loader.load_host_f32(down, {num_experts, width, h}));
   }
+  // A tensor-parallel rank keeps its columns of each expert's width: gate and up rows with their biases,
+  // down's input columns; down's bias joins the partial sums on rank 0 only.
+  PAGELLM_ASSIGN_OR_RETURN(const ShardRange mine, gpt_oss_expert_shard(width, loader.tp_rank(), loader.tp_size()));
+  const std::vector<int64_t> gate_up_rows = gate_up_source_rows(mine), down_rows = all_rows(h);
   for (int64_t e = 0; e < num_experts; ++e) {
     SwiGluWeights expert;
     if (mxfp4) {
-      PAGELLM_ASSIGN_OR_RETURN(expert.gate_up, mxfp4_linear(loader, gate_up, num_experts, e, 2 * width, h, true));
-      PAGELLM_ASSIGN_OR_RETURN(expert.down, mxfp4_linear(loader, down, num_experts, e, h, width, false));
+      PAGELLM_ASSIGN_OR_RETURN(expert.gate_up,
+                               mxfp4_linear(loader, gate_up, num_experts, e, 2 * width, h, gate_up_rows, {0, h}));
+      PAGELLM_ASSIGN_OR_RETURN(expert.down, mxfp4_linear(loader, down, num_experts, e, h, width, down_rows, mine));
     } else {
-      expert.gate_up.weight = dense_expert_weight(backend, gate_up_dense, e, h, 2 * width, true, dtype);
-      expert.down.weight = dense_expert_weight(backend, down_dense, e, width, h, false, dtype);
+      expert.gate_up.weight = dense_expert_weight(backend, gate_up_dense, e, h, 2 * width, gate_up_rows, {0, h}, dtype);
+      expert.down.weight = dense_expert_weight(backend, down_dense, e, width, h, down_rows, mine, dtype);
     }
-    expert.gate_up.bias = expert_bias(backend, gate_up_bias, e, 2 * width, true, dtype);
-    expert.down.bias = expert_bias(backend, down_bias, e, h, false, dtype);
+    expert.gate_up.bias = expert_bias(backend, gate_up_bias, e, 2 * width, gate_up_rows, dtype);
+    if (loader.tp_rank() == 0) expert.down.bias = expert_bias(backend, down_bias, e, h, down_rows, dtype);
     w.experts.push_back(std::move(expert));
   }
   return w;

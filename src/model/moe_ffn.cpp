@@ -138,17 +138,22 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
 MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style)
     : config_(config), style_(style), backend_(backend), act_(backend, config.dtype) {
   const int64_t h = config.hidden_size;
+  // A tensor-parallel rank computes its columns of each expert's width (the shared expert's too).
+  auto local = [&](int64_t width) {
+    return layers::intermediate_shard(width, backend.tensor_parallel_rank(), backend.tensor_parallel_size()).count;
+  };
   act_.define(kRouter, config.num_experts);
   if (config.shared_expert_intermediate_size > 0) {
     act_.define(kSharedGate, 1);
-    act_.define(kSharedGateUp, 2 * config.shared_expert_intermediate_size);
-    act_.define(kSharedAct, config.shared_expert_intermediate_size);
+    act_.define(kSharedGateUp, 2 * local(config.shared_expert_intermediate_size));
+    act_.define(kSharedAct, local(config.shared_expert_intermediate_size));
   }
   act_.define(kGathered, h);
-  // A tensor-parallel rank computes its columns of each expert's width.
-  const int64_t width =
-      layers::intermediate_shard(config.moe_intermediate_size, backend.tensor_parallel_rank(),
-                                 backend.tensor_parallel_size()).count;
+  const Expected<ShardRange> gpt_oss_columns = gpt_oss_expert_shard(
+      config.moe_intermediate_size, backend.tensor_parallel_rank(), backend.tensor_parallel_size());
+  const int64_t width = style != MoeStyle::kGptOss ? local(config.moe_intermediate_size)
+                        : gpt_oss_columns.has_value() ? gpt_oss_columns->count
+                                                      : 0;  // make_decoder refuses that split first
   act_.define(kExpertGateUp, 2 * width);
   act_.define(kExpertAct, width);
   act_.define(kExpertOut, h);

@@ -54,6 +54,10 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
 Expected<MoeWeights> load_gpt_oss_moe_weights(WeightLoader& loader, Backend& backend, const ModelConfig& config,
                                               const std::string& prefix);
 
+// The columns of each gpt-oss expert's width a tensor-parallel rank keeps: whole groups of 32 (the
+// MXFP4 blocks of down's input), as evenly as shard_range splits them; an error when a rank would get none.
+Expected<ShardRange> gpt_oss_expert_shard(int64_t width, int rank, int size);
+
 class MoeFfn {
  public:
   MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style = MoeStyle::kQwen);

@@ -36,7 +36,7 @@ struct HybridLayer {
 };
 
 // Activation buffers, by index.
-enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kProj, kLastRows };
+enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kProj, kLastRows, kShardLogits };
 
 // [T, nH, hd] view of q (or, with first_col = hd, of the gate) inside q_proj's per-head [q_h | gate_h] rows.
 TensorView interleaved_heads(const TensorView& qkv, int64_t first_col, int64_t num_heads, int64_t head_dim) {
@@ -45,14 +45,24 @@ TensorView interleaved_heads(const TensorView& qkv, int64_t first_col, int64_t n
   return view;  // strides stay (row, 2 hd, 1)
 }
 
+// This rank's part of the heads (all of them without tensor parallelism).
+struct HybridShard {
+  layers::AttentionShard attention;
+  GdnShard gdn;
+};
+
 class Qwen35Model final : public Model {
  public:
-  Qwen35Model(const ModelConfig& config, Backend& backend)
+  Qwen35Model(const ModelConfig& config, Backend& backend, const HybridShard& shard)
       : config_(config),
         backend_(backend),
+        comm_(backend.communicator()),
+        shard_(shard),
         act_(backend, config.dtype),
-        gdn_(config, backend),
-        mlp_(backend, config.dtype, config.intermediate_size) {
+        gdn_(shard.gdn.local, static_cast<float>(config.rms_norm_eps), backend, config.dtype),
+        mlp_(backend, config.dtype,
+             layers::intermediate_shard(config.intermediate_size, backend.tensor_parallel_rank(),
+                                        backend.tensor_parallel_size()).count) {
     if (config.num_experts > 0) moe_.emplace(config, backend);
   }
 
@@ -69,9 +79,16 @@ class Qwen35Model final : public Model {
   void attention_block(const HybridLayer& layer, const KvCacheView& cache, const StepBatch& batch,
                        const TensorView& normed, TensorView out);
   void ffn_block(const HybridLayer& layer, const TensorView& normed, TensorView out);
+  // Tensor parallelism: a row-parallel block's partial output summed over the ranks.
+  void reduce(TensorView partial) {
+    if (comm_ != nullptr) comm_->all_reduce_sum(partial);
+  }
 
   ModelConfig config_;
   Backend& backend_;
+  Communicator* comm_;  // nullptr without tensor parallelism
+  HybridShard shard_;
+  ShardRange vocab_shard_;  // the logits columns this rank computes
   Activations act_;
   GdnMixer gdn_;
   layers::GatedMlp mlp_;
@@ -93,6 +110,11 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
   const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads;
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  // q_proj holds (q_h | gate_h) per head: a shard of heads is a run of 2 hd rows each.
+  const layers::AttentionShard& a_shard = shard_.attention;
+  const ShardRange q_mine{a_shard.q_head_begin * 2 * hd, a_shard.local.num_heads * 2 * hd};
+  const ShardRange kv_mine{a_shard.kv_head_begin * hd, a_shard.local.num_kv_heads * hd};
+  const ShardRange o_mine{a_shard.q_head_begin * hd, a_shard.local.num_heads * hd};
   layer.type = config_.layer_types[static_cast<size_t>(i)];
   PAGELLM_ASSIGN_OR_RETURN(layer.input_norm,
                            layers::load_rms_norm(loader, p + "input_layernorm.weight", h, NormWeight::kOnePlus, eps));
@@ -106,15 +128,16 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
     layer.cache_index = num_attention_layers_++;
     GatedAttentionWeights& a = layer.attention;
     PAGELLM_ASSIGN_OR_RETURN(a.qkv, layers::load_linear(loader,
-                                                        {{p + "self_attn.q_proj", 2 * nh * hd},
-                                                         {p + "self_attn.k_proj", nkv * hd},
-                                                         {p + "self_attn.v_proj", nkv * hd}},
+                                                        {layers::shard_rows(loader, p + "self_attn.q_proj", 2 * nh * hd, q_mine),
+                                                         layers::shard_rows(loader, p + "self_attn.k_proj", nkv * hd, kv_mine),
+                                                         layers::shard_rows(loader, p + "self_attn.v_proj", nkv * hd, kv_mine)},
                                                         h, /*with_bias=*/false));
     PAGELLM_ASSIGN_OR_RETURN(a.q_norm, layers::load_rms_norm(loader, p + "self_attn.q_norm.weight", hd,
                                                              NormWeight::kOnePlus, eps));
     PAGELLM_ASSIGN_OR_RETURN(a.k_norm, layers::load_rms_norm(loader, p + "self_attn.k_norm.weight", hd,
                                                              NormWeight::kOnePlus, eps));
-    PAGELLM_ASSIGN_OR_RETURN(a.o, layers::load_linear(loader, {{p + "self_attn.o_proj", h}}, nh * hd, false));
+    PAGELLM_ASSIGN_OR_RETURN(a.o, layers::load_linear(loader, {{p + "self_attn.o_proj", h}}, nh * hd, false,
+                                                      layers::shard_columns(loader, o_mine)));
     PAGELLM_ASSIGN_OR_RETURN(a.kv_scales, layers::load_kv_scales(loader, p + "self_attn."));
   }
   if (is_moe_layer(i)) {
@@ -128,16 +151,18 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
 }
 
 Status Qwen35Model::load(const Checkpoint& checkpoint) {
-  const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = config_.num_attention_heads,
-                nkv = config_.num_key_value_heads, v = config_.vocab_size;
+  const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = shard_.attention.local.num_heads,
+                nkv = shard_.attention.local.num_kv_heads, v = config_.vocab_size;
   WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype), config_.quantization);
   // Released Qwen3.5 checkpoints keep the text model under model.language_model.
   const std::string m = loader.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   PAGELLM_ASSIGN_OR_RETURN(embedding_.table, loader.load(m + "embed_tokens.weight", {v, h}));
   PAGELLM_ASSIGN_OR_RETURN(head_.final_norm, layers::load_rms_norm(loader, m + "norm.weight", h, NormWeight::kOnePlus,
                                                                    static_cast<float>(config_.rms_norm_eps)));
-  PAGELLM_ASSIGN_OR_RETURN(head_.weight,
-                           layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings, v, h, {0, v}));
+  // The embedding table is whole on every rank; the head is split by vocabulary rows over the ranks.
+  vocab_shard_ = shard_range(v, backend_.tensor_parallel_rank(), backend_.tensor_parallel_size());
+  PAGELLM_ASSIGN_OR_RETURN(head_.weight, layers::load_head_weight(loader, embedding_.table, config_.tie_word_embeddings,
+                                                                  v, h, vocab_shard_));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     HybridLayer layer;
     PAGELLM_RETURN_IF_ERROR(load_layer(loader, fmt::format("{}layers.{}.", m, i), i, layer));
@@ -151,14 +176,15 @@ Status Qwen35Model::load(const Checkpoint& checkpoint) {
   act_.define(kAttnOut, nh * hd);
   act_.define(kProj, h);
   act_.define(kLastRows, h);
+  if (comm_ != nullptr) act_.define(kShardLogits, std::max<int64_t>(vocab_shard_.count, 1));
   return Status::ok();
 }
 
 MemorySpec Qwen35Model::memory_spec() const {
-  const GdnShape gdn(config_);
+  const GdnShape& gdn = shard_.gdn.local;
   MemorySpec spec;
   spec.num_attention_layers = num_attention_layers_;
-  spec.num_kv_heads = config_.num_key_value_heads;
+  spec.num_kv_heads = shard_.attention.local.num_kv_heads;
   spec.head_dim = config_.head_dim;
   spec.kv_dtype = config_.dtype;
   spec.num_gdn_layers = num_gdn_layers_;
@@ -188,22 +214,30 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
     } else {
       attention_block(layer, caches.attention_layers[static_cast<size_t>(layer.cache_index)], batch, normed, proj);
     }
+    reduce(proj);
     backend_.add(hidden, hidden, proj);
     layer.post_norm.forward(backend_, normed, hidden);
     ffn_block(layer, normed, proj);
+    reduce(proj);
     backend_.add(hidden, hidden, proj);
   }
   // Only the rows that sample go through the final norm and the vocabulary projection.
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
   backend_.embedding(last, hidden, batch.logits_rows);
-  head_.forward(backend_, logits, last);
+  if (comm_ == nullptr) {
+    head_.forward(backend_, logits, last);
+    return;
+  }
+  TensorView shard = act_.rows(kShardLogits, num_rows).reshape({num_rows, vocab_shard_.count});  // [R, V / N]
+  head_.forward(backend_, shard, last);
+  comm_->gather_columns(logits, shard);  // rank 0's logits[R, V]
 }
 
 void Qwen35Model::attention_block(const HybridLayer& layer, const KvCacheView& cache, const StepBatch& batch,
                                   const TensorView& normed, TensorView out) {
-  const int64_t num_tokens = batch.num_tokens, hd = config_.head_dim, nh = config_.num_attention_heads,
-                nkv = config_.num_key_value_heads;
+  const int64_t num_tokens = batch.num_tokens, hd = config_.head_dim, nh = shard_.attention.local.num_heads,
+                nkv = shard_.attention.local.num_kv_heads;
   const GatedAttentionWeights& w = layer.attention;
   TensorView qkv = act_.rows(kQkv, num_tokens);       // [T, 2 nH hd + 2 nKV hd]
   TensorView attn = act_.rows(kAttnOut, num_tokens);  // [T, nH hd]
@@ -267,7 +301,13 @@ Status validate_hybrid_config(const ModelConfig& c) {
 Expected<std::unique_ptr<Model>> make_qwen35(const ModelConfig& config, const Checkpoint& checkpoint,
                                              Backend& backend) {
   PAGELLM_RETURN_IF_ERROR(validate_hybrid_config(config));
-  auto model = std::make_unique<Qwen35Model>(config, backend);
+  const int rank = backend.tensor_parallel_rank(), size = backend.tensor_parallel_size();
+  HybridShard shard;
+  PAGELLM_ASSIGN_OR_RETURN(shard.attention,
+                           layers::attention_shard({config.hidden_size, config.num_attention_heads,
+                                                    config.num_key_value_heads, config.head_dim}, rank, size));
+  PAGELLM_ASSIGN_OR_RETURN(shard.gdn, gdn_shard(GdnShape(config), rank, size));
+  auto model = std::make_unique<Qwen35Model>(config, backend, shard);
   PAGELLM_RETURN_IF_ERROR(model->load(checkpoint));
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -40,10 +40,6 @@ const std::map<std::string, Factory>& factories() {
 // Loads one shard per rank, each on a backend of its own with its communicator (rank 0 on `backend`).
 Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,
                                              const Factory& factory, const TensorParallelOptions& tp) {
-  for (LayerType t : config.layer_types)
-    if (t == LayerType::kLinearAttention)
-      return unimplemented("[model] {}: tensor parallelism over Gated DeltaNet layers is not supported yet",
-                           config.architecture);
   PAGELLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Backend>> backends,
                            make_tensor_parallel_group(backend, tp.size, tp.share_device));
   std::vector<std::unique_ptr<Model>> ranks;

@@ -20,6 +20,13 @@
 
 namespace pagellm {
 
+// A GDN state slot a step starts over before it runs: zeroed (from -1) or a copy of state slot `from`
+// (a prefix-cache checkpoint). The runner's StateCache has done it already; tensor-parallel ranks that
+// hold state copies of their own repeat it on theirs.
+struct StateSlotInit {
+  int32_t slot = 0, from = -1;
+};
+
 struct StepBatch {
   int64_t num_tokens = 0;
   int64_t num_seqs = 0;
@@ -36,6 +43,7 @@ struct StepBatch {
   TensorView gdn_checkpoint_slots;  // [T], i32: prefix-cache checkpoints (GdnParams::checkpoint_slots); else empty
   std::vector<TensorView> more_block_tables;   // [G - 1]: KV cache groups 1.. ([B, max_blocks], i32 each)
   std::vector<TensorView> more_slot_mappings;  // [G - 1]: ([T], i64 each)
+  std::vector<StateSlotInit> state_slot_inits;  // host: the state slots this step's new rows took
 
   const TensorView& block_tables_of(int32_t group) const {
     return group == 0 ? block_tables : more_block_tables.at(static_cast<size_t>(group - 1));
@@ -99,9 +107,9 @@ struct MemorySpec {
   int64_t recurrent_state_bytes_per_layer() const {
     return gdn_num_value_heads * gdn_key_head_dim * gdn_value_head_dim * static_cast<int64_t>(sizeof(float));
   }
-  // Bytes one state slot (one running sequence) costs across all GDN layers.
+  // Bytes one state slot (one running sequence) costs across all GDN layers (and the ranks' copies).
   int64_t state_bytes_per_slot() const {
-    return num_gdn_layers * (conv_state_bytes_per_layer() + recurrent_state_bytes_per_layer());
+    return num_gdn_layers * (conv_state_bytes_per_layer() + recurrent_state_bytes_per_layer()) * cache_copies;
   }
 };
 

@@ -2,11 +2,11 @@
 
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <thread>
 
 #include "core/check.h"
+#include "model/step_wire.h"
 
 namespace pagellm {
 
@@ -117,22 +117,11 @@ StepBatch TensorParallelModel::rank_batch(size_t rank, const StepBatch& batch) {
 }
 
 const CacheViews& TensorParallelModel::rank_caches(size_t rank, const CacheViews& caches) {
-  const void* first = caches.attention_layers.empty() ? nullptr : caches.attention_layers[0].k.data;
+  const void* first = cache_identity(caches);
   const size_t i = rank - 1;
   if (first != cached_for_[i]) {
-    CHECK_MSG(caches.gdn_layers.empty(), "tensor parallelism has no Gated DeltaNet state shards");
-    rank_caches_[i] = {};
-    rank_cache_tensors_[i].clear();
-    std::map<const void*, TensorView> copies;  // rank 0's tensor -> this rank's copy
-    auto copy_of = [&](const TensorView& t) {
-      auto it = copies.find(t.data);
-      if (it != copies.end()) return it->second;
-      Tensor mine = backends_[i]->alloc(t.shape, t.dtype);
-      rank_cache_tensors_[i].push_back(mine);
-      return copies[t.data] = mine.view();
-    };
-    for (const KvCacheView& layer : caches.attention_layers)
-      rank_caches_[i].attention_layers.push_back({copy_of(layer.k), copy_of(layer.v), layer.group});
+    // Each rank's KV heads and GDN state hold its heads only: the shapes of rank 0's (the heads split evenly).
+    rank_caches_[i] = allocate_caches(layout_of(caches), *backends_[i], rank_cache_tensors_[i]);
     cached_for_[i] = first;
   }
   return rank_caches_[i];
@@ -154,6 +143,7 @@ void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& cach
     const size_t r = static_cast<size_t>(rank);
     backends_[r - 1]->make_current();
     const StepBatch mine = rank_batch(r, batch);
+    apply_state_slot_inits(*backends_[r - 1], batch.state_slot_inits, rank_caches_[r - 1]);
     ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
     backends_[r - 1]->synchronize();  // the copies of the inputs live until the rank is done with them
   });

@@ -441,7 +441,10 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
         view(layout.block_tables + static_cast<size_t>(4 * g * layout.num_seqs * layout.table_width),
              {layout.num_seqs, layout.table_width}, DType::kI32));
   }
-  if (state_slots_) batch.state_slots = view(layout.state_slots, {layout.num_seqs}, DType::kI32);
+  if (state_slots_) {
+    batch.state_slots = view(layout.state_slots, {layout.num_seqs}, DType::kI32);
+    batch.state_slot_inits = state_slots_->inits();
+  }
   if (layout.num_checkpoint_targets > 0)
     batch.gdn_checkpoint_slots = view(layout.checkpoint_slots, {layout.num_checkpoint_targets}, DType::kI32);
   return batch;

@@ -11,10 +11,13 @@ void StateSlotBinder::bind(const StepPlan& plan) {
   for (RequestId id : plan.finished_request_ids) cache_.release(id);
   for (RequestId id : plan.preempted_request_ids) cache_.release(id);
   row_slots_.clear();
+  inits_.clear();
   for (const ScheduledRequest& row : plan.rows) {
     if (row.is_new) {
       cache_.release(row.request_id);  // defensive: a new admission always starts from zero
       row_slots_.push_back(cache_.acquire(row.request_id, row.restore_state_checkpoint));
+      const int32_t restore = row.restore_state_checkpoint;
+      inits_.push_back({row_slots_.back(), restore >= 0 ? cache_.checkpoint_slot(restore) : -1});
       continue;
     }
     const int32_t slot = cache_.slot_of(row.request_id);

@@ -33,12 +33,15 @@ class StateSlotBinder {
   // Frees a request's slot now (its finish reached the engine before the next plan).
   void release(RequestId id) { cache_.release(id); }
 
+  // The slots the last bound plan's new rows took, each zeroed or restored (StepBatch::state_slot_inits).
+  const std::vector<StateSlotInit>& inits() const { return inits_; }
   int num_in_use() const { return cache_.num_in_use(); }
   const StateCache& cache() const { return cache_; }
 
  private:
   StateCache cache_;
   std::vector<int32_t> row_slots_;  // [plan rows] of the last bound plan
+  std::vector<StateSlotInit> inits_;
 };
 
 }  // namespace pagellm

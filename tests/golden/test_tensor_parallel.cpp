@@ -5,6 +5,8 @@
 // batched with chunked prefill, prefix-cache hits and tiny blocks, with top-5 logprobs equal to the
 // unsplit engine's within 1e-4 (CPU; 1e-3 on CUDA), and leave no request or block behind. Models a split does not fit
 // are refused with a one-line reason.
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "golden_util.h"
@@ -21,15 +23,17 @@ struct TpCase {
 
 std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
   std::vector<TpCase> cases;
-  for (const char* root : {"families", "qwen3"}) {
+  for (const char* root : {"families", "qwen3", "hybrid"}) {
     for (const std::string& name : golden_fixture_names(golden_fixture_root(root))) {
       if (!name.ends_with("_f32")) continue;
       const fs::path dir = golden_fixture_root(root) / name;
       auto config = load_model_config((dir / "config.json").string());
-      // gpt-oss's MoE layers refuse a split for now (Qwen3-MoE's experts split by columns).
-      if (!config.has_value() || config->architecture == "GptOssForCausalLM") continue;
+      if (!config.has_value()) continue;
+      // gpt-oss's experts (width 96) split in whole MXFP4 groups of 32: over 2 ranks, not 4.
+      const bool gpt_oss = config->architecture == "GptOssForCausalLM";
       for (int size : {2, 4})
-        if (config->num_attention_heads % size == 0) cases.push_back({std::string(root) + "/" + name, size, device});
+        if (config->num_attention_heads % size == 0 && !(gpt_oss && size == 4))
+          cases.push_back({std::string(root) + "/" + name, size, device});
     }
   }
   return cases;
@@ -109,15 +113,23 @@ INSTANTIATE_TEST_SUITE_P(Cuda, TensorParallelGolden, ::testing::ValuesIn(tp_case
 
 TEST(TensorParallelGolden, CoversDenseFixturesWithOneAndTwoKvHeadsAndQwen3Moe) {
   // Fails (rather than skips) when the fixtures are missing: CI must run them.
-  bool one_kv_head_over_four = false, two_kv_heads_over_two = false, moe = false;
+  bool one_kv_head_over_four = false, two_kv_heads_over_two = false, moe = false, qwen35 = false, qwen3_next = false;
+  int gpt_oss = 0;  // dense and MXFP4 experts
   for (const TpCase& c : tp_cases()) {
     auto config = load_model_config((golden_fixture_root("") / c.fixture / "config.json").string());
     ASSERT_TRUE(config.has_value());
     one_kv_head_over_four |= config->num_key_value_heads == 1 && c.tensor_parallel_size == 4;
     two_kv_heads_over_two |= config->num_key_value_heads == 2 && c.tensor_parallel_size == 2;
     moe |= config->architecture == "Qwen3MoeForCausalLM";
+    gpt_oss += config->architecture == "GptOssForCausalLM" ? 1 : 0;
+    // Hybrid fixtures: 2 key and 4 value GDN heads, so TP 4 replicates the key heads.
+    qwen35 |= config->architecture == "Qwen3_5ForCausalLM" && c.tensor_parallel_size == 4;
+    qwen3_next |= config->architecture == "Qwen3NextForCausalLM" && c.tensor_parallel_size == 4;
   }
   EXPECT_TRUE(moe);
+  EXPECT_EQ(gpt_oss, 2);
+  EXPECT_TRUE(qwen35);
+  EXPECT_TRUE(qwen3_next);
   EXPECT_TRUE(one_kv_head_over_four);
   EXPECT_TRUE(two_kv_heads_over_two);
 }
@@ -135,12 +147,61 @@ TEST(TensorParallelGolden, RefusesSplitsTheModelDoesNotFit) {
   EXPECT_NE(load_error(golden_fixture_root("families") / "llama3_untied_f32", 3).find(
                 "--tensor-parallel-size 3 does not divide num_attention_heads 4"),
             std::string::npos);
-  EXPECT_NE(load_error(golden_fixture_root("families") / "gpt_oss_f32", 2).find("MoE layers is not supported yet"),
-            std::string::npos);
-  EXPECT_NE(load_error(golden_fixture_root("hybrid") / "qwen3_5_text_tiny_f32", 2).find("Gated DeltaNet"),
+  EXPECT_NE(load_error(golden_fixture_root("families") / "gpt_oss_mxfp4_f32", 4).find(
+                "gpt-oss experts of width 96 split in whole groups of 32"),
             std::string::npos);
   EXPECT_NE(load_error(golden_fixture_root("families") / "llama3_untied_f32", 0).find("must be in [1, 16]"),
             std::string::npos);
+}
+
+// Hybrid prefix caching under a split: each rank keeps its heads' GDN state and checkpoints, restored
+// on a hit alongside rank 0's. Repeated and partially shared prompts (one at a time, so later ones hit
+// checkpoints every 64 tokens) give the tokens of an unsplit run with caching off.
+TEST(TensorParallelGolden, HybridPrefixCacheHitsGiveTheTokensOfAnUncachedUnsplitRun) {
+  std::mt19937 rng(21);
+  auto random_tokens = [&](int n) {
+    std::vector<TokenId> tokens(static_cast<size_t>(n));
+    for (TokenId& t : tokens) t = static_cast<TokenId>(rng() % 512);
+    return tokens;
+  };
+  const std::vector<TokenId> base = random_tokens(200);
+  std::vector<TokenId> shared(base.begin(), base.begin() + 100);
+  const std::vector<TokenId> tail = random_tokens(80);
+  shared.insert(shared.end(), tail.begin(), tail.end());
+  const std::vector<std::vector<TokenId>> prompts = {base, base, shared};
+  const std::vector<int> want_cached = {0, 128, 64};
+  for (const char* fixture : {"qwen3_5_text_tiny_f32", "qwen3_next_tiny_moe_f32"}) {
+    SCOPED_TRACE(fixture);
+    const fs::path dir = golden_fixture_root("hybrid") / fixture;
+    auto run = [&](EngineConfig config) {
+      auto llm = make_test_llm(dir, config, "cpu");
+      std::vector<CompletedRequest> outs;
+      if (!llm) return outs;
+      for (const auto& prompt : prompts) {
+        GenerateRequest request = greedy_request(prompt, 12);
+        request.sampling.num_logprobs = 2;
+        outs.push_back(llm->generate({request}).at(0));
+      }
+      EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+      return outs;
+    };
+    EngineConfig unsplit;
+    unsplit.enable_prefix_caching = false;
+    EngineConfig split;  // prefix caching on, the default
+    split.tensor_parallel_size = 2;
+    const std::vector<CompletedRequest> want = run(unsplit), got = run(split);
+    ASSERT_EQ(want.size(), prompts.size());
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(got[i].error.is_ok()) << got[i].error.message();
+      EXPECT_EQ(got[i].num_cached_tokens, want_cached[i]) << "prompt " << i;
+      EXPECT_EQ(got[i].token_ids, want[i].token_ids) << "prompt " << i;
+      ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
+      for (size_t step = 0; step < got[i].logprobs.size(); ++step)
+        EXPECT_NEAR(got[i].logprobs[step].sampled_logprob, want[i].logprobs[step].sampled_logprob, 1e-4)
+            << "prompt " << i << " step " << step;
+    }
+  }
 }
 
 }  // namespace
