@@ -58,13 +58,16 @@ double mean(const std::vector<float>& values) {
   return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
 }
 
+// nullptr when this process ran as a worker rank (--node-rank > 0): rank 0 measures and reports.
 std::unique_ptr<LLM> load_llm(OfflineArgs& args) {
   args.engine.model_dir = resolve_model_or_demo(args.model, "");
+  if (run_as_tensor_parallel_worker(args.engine)) return nullptr;
   return value_or_throw(LLM::load(args.engine));
 }
 
 void run_throughput(OfflineArgs args) {
   auto llm = load_llm(args);
+  if (!llm) return;
   auto requests = random_requests(args, args.num_prompts, llm->engine().model_config().vocab_size);
   llm->engine().clear_step_times();
   const auto started = Clock::now();
@@ -118,6 +121,7 @@ void run_latency(OfflineArgs args) {
   args.engine.max_num_batched_tokens = std::max(args.engine.max_num_batched_tokens, args.batch_size * args.input_len);
   args.engine.enable_prefix_caching = false;
   auto llm = load_llm(args);
+  if (!llm) return;
   const int64_t vocab = llm->engine().model_config().vocab_size;
   // One warm-up round, then the measured one.
   for (int round = 0; round < 2; ++round) {

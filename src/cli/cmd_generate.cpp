@@ -127,6 +127,7 @@ void run_generate(GenerateArgs args) {
   if (args.output != "text" && args.output != "json")
     throw CommandError(fmt::format("[generate] --output must be text or json, got '{}'", args.output));
   args.engine.model_dir = resolve_model_or_demo(args.model, args.revision);
+  if (run_as_tensor_parallel_worker(args.engine)) return;  // --node-rank > 0: rank 0 prints the output
   auto llm = value_or_throw(LLM::load(args.engine));
   const Tokenizer* tokenizer = llm->engine().tokenizer();
   std::vector<GenerateRequest> requests;

@@ -162,14 +162,15 @@ void run_serve(ServeArgs& args) {
       throw CommandError(fmt::format("[serve] two models given: '{}' and --model '{}'", args.model_positional, args.model));
     args.model = args.model_positional;
   }
-  check_port_free(args.host, args.port);
-
   const bool is_demo = args.model.empty();
   const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
+  args.engine.model_dir = model_dir;
+  if (run_as_tensor_parallel_worker(args.engine)) return;  // --node-rank > 0: no server here
+  check_port_free(args.host, args.port);
+
   if (is_demo)
     std::fprintf(stderr, "pagellm serve: WARNING: serving the demo model, whose weights are RANDOM: it answers "
                          "gibberish. Pass --model DIR|repo-id for a real model.\n");
-  args.engine.model_dir = model_dir;
   std::unique_ptr<Engine> engine = value_or_throw(Engine::load(args.engine));
   engine->start();
 

@@ -9,6 +9,10 @@
 
 #include "core/status.h"
 
+namespace pagellm {
+struct EngineConfig;
+}
+
 namespace pagellm::cli {
 
 class CommandError : public std::runtime_error {
@@ -33,5 +37,9 @@ T value_or_throw(Expected<T> expected) {
 }
 
 void register_all_commands(CLI::App& app);
+
+// --node-rank > 0 (engine/tensor_parallel_worker.h): runs this process as a worker rank until rank 0
+// stops the group and returns true (throws CommandError when it cannot join or load); false otherwise.
+bool run_as_tensor_parallel_worker(const EngineConfig& config);
 
 }  // namespace pagellm::cli

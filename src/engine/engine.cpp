@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/state_memory.h"
+#include "engine/tensor_parallel_worker.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_strings.h"
 
@@ -109,17 +110,18 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
   EngineConfig config = config_in;
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
   config.device = backend->name();  // "auto" resolved
-  std::optional<DType> dtype;
   PAGELLM_RETURN_IF_ERROR(check_kv_cache_dtype_name(config.kv_cache_dtype));  // before the slow load
-  if (config.dtype != "auto") {
-    DType parsed;
-    if (!parse_dtype(config.dtype, &parsed))
-      return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", config.dtype);
-    dtype = parsed;
+  PAGELLM_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype_flag(config.dtype));
+  TensorParallelOptions tp{config.tensor_parallel_size, config.tensor_parallel_share_device, std::nullopt};
+  PAGELLM_RETURN_IF_ERROR(check_process_group_flags(config));
+  if (config.nnodes > 1) {
+    if (config.node_rank != 0)
+      return invalid_argument("[engine] --node-rank {} runs a shard only (run_tensor_parallel_worker), not an engine",
+                              config.node_rank);
+    PAGELLM_ASSIGN_OR_RETURN(tp.processes, process_group_options(config));
   }
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(config.model_dir, *backend, dtype, config.quantization,
-                                                                        {config.tensor_parallel_size,
-                                                                         config.tensor_parallel_share_device}));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                           load_model(config.model_dir, *backend, dtype, config.quantization, tp));
   std::shared_ptr<const Tokenizer> tokenizer;
   const std::string& tokenizer_dir = config.tokenizer_dir.empty() ? config.model_dir : config.tokenizer_dir;
   if (!config.tokenizer_dir.empty() || std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {

@@ -27,6 +27,14 @@ namespace {
 constexpr const char* kKvCacheDtypes = "auto, bfloat16, float16, float32, fp8, fp8_e4m3";
 }  // namespace
 
+Expected<std::optional<DType>> parse_dtype_flag(const std::string& name) {
+  if (name == "auto") return std::optional<DType>();
+  DType parsed;
+  if (!parse_dtype(name, &parsed))
+    return invalid_argument("[engine] --dtype '{}' is not one of auto, bfloat16, float16, float32", name);
+  return std::optional<DType>(parsed);
+}
+
 Status check_kv_cache_dtype_name(const std::string& name) {
   for (const char* known : {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3"}) {
     if (name == known) return Status::ok();
@@ -74,6 +82,20 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--tensor-parallel-size", config.tensor_parallel_size,
                      "split the model over this many ranks (heads, columns and vocabulary; one all-reduce after "
                      "attention and after the MLP); on the CPU the ranks are threads")
+      ->capture_default_str();
+  command.add_option("--nnodes", config.nnodes,
+                     "processes the model is split over, one rank each (= --tensor-parallel-size; CPU backend), "
+                     "on one host or several")
+      ->capture_default_str();
+  command.add_option("--node-rank", config.node_rank,
+                     "this process's rank among --nnodes: 0 runs the engine (and the server), the others their shard")
+      ->capture_default_str();
+  command.add_option("--master-addr", config.master_addr, "the address of the --node-rank 0 process")
+      ->capture_default_str();
+  command.add_option("--master-port", config.master_port, "the port --node-rank 0 listens on for the other ranks")
+      ->capture_default_str();
+  command.add_option("--tp-timeout-s", config.tp_timeout_s,
+                     "--nnodes > 1: seconds a rank waits in a step for the others before it ends with an error")
       ->capture_default_str();
   command.add_option("--kv-cache-memory", config.kv_cache_memory_bytes,
                      "bytes for the KV cache (0 = a fraction of free memory)")->capture_default_str();

@@ -34,6 +34,15 @@ struct EngineConfig {
   int tensor_parallel_size = 1;  // ranks one model is split over (model/tensor_parallel_model.h)
   // CUDA ranks all on one GPU (no flag: the tests run the multi-rank path on a single card this way).
   bool tensor_parallel_share_device = false;
+  // Ranks as processes, one each (vLLM / torchrun's flags; engine/tensor_parallel_worker.h): --nnodes
+  // equal to --tensor-parallel-size, this process's --node-rank (0 runs the engine and the server,
+  // the others only their shard), rank 0's --master-addr / --master-port, and --tp-timeout-s, how
+  // long a rank waits in a step for the others before it ends with an error.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  double tp_timeout_s = 60.0;
   double gpu_memory_utilization = 0.9;   // that fraction on a GPU, after weights and measured activations
                                          // (the CPU takes 25%, at most 4 GiB)
   bool enable_prefix_caching = true;
@@ -60,6 +69,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config);
 Expected<DType> resolve_kv_cache_dtype(const std::string& name, DType activation_dtype);
 // Only whether the name is one of the accepted values (checked before a model is loaded).
 Status check_kv_cache_dtype_name(const std::string& name);
+// --dtype: nullopt for auto (config.json's), else the dtype; a one-line error for other names.
+Expected<std::optional<DType>> parse_dtype_flag(const std::string& name);
 // "32k" -> "32000", "32K" -> "32768", "1m" -> "1000000", "1M" -> "1048576"; other text unchanged.
 std::string expand_token_count(const std::string& text);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/tcp_group.h"
 #include "io/model_config.h"
 #include "model/step_batch.h"
 
@@ -34,6 +35,9 @@ class Model {
 struct TensorParallelOptions {
   int size = 1;               // --tensor-parallel-size
   bool share_device = false;  // CUDA: every rank on rank 0's GPU (the multi-rank path tested on one card)
+  // Ranks as processes (--nnodes): this process is rank 0 of that group, which load_model forms (the
+  // other ranks run engine/tensor_parallel_worker.h) and returns a TensorParallelDriver over.
+  std::optional<TcpGroupOptions> processes;
 };
 Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backend& backend,
                                             std::optional<DType> dtype = std::nullopt,

@@ -11,6 +11,8 @@
 #include "model/model.h"
 #include "model/qwen3.h"
 #include "model/qwen35.h"
+#include "backend/cpu/tcp_communicator.h"
+#include "model/tensor_parallel_driver.h"
 #include "model/tensor_parallel_model.h"
 
 namespace pagellm {
@@ -59,6 +61,25 @@ Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Ch
   return std::unique_ptr<Model>(std::make_unique<TensorParallelModel>(backend, std::move(ranks), std::move(backends)));
 }
 
+// Rank 0 of a group of processes: forms the group (the others join it), loads its shard, waits until
+// every rank has loaded its own.
+Expected<std::unique_ptr<Model>> load_driver(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,
+                                             const Factory& factory, const TcpGroupOptions& options) {
+  if (backend.device() != Device::kCpu)
+    return unimplemented("[model] --nnodes {}: tensor parallelism over processes runs on the CPU backend only for now "
+                         "(--device cpu)", options.size);
+  PAGELLM_ASSIGN_OR_RETURN(std::shared_ptr<TcpGroup> group, TcpGroup::open(options));
+  backend.set_communicator(make_tcp_communicator(group));
+  Expected<std::unique_ptr<Model>> shard = factory(config, checkpoint, backend);
+  if (!shard.has_value()) {
+    backend.set_communicator(nullptr);
+    return shard.status();  // the workers see the connection close and end
+  }
+  PAGELLM_RETURN_IF_ERROR(group->wait_until_all_loaded());
+  LOG_INFO("[model] {}: tensor parallel over {} processes (this one rank 0)", config.architecture, options.size);
+  return std::unique_ptr<Model>(std::make_unique<TensorParallelDriver>(backend, std::move(shard).value(), group));
+}
+
 }  // namespace
 
 std::vector<std::string> supported_architectures() {
@@ -82,6 +103,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& model_dir, Backen
   PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
   if (config.quantization.enabled())
     LOG_INFO("[model] {}: projections quantized as {}", config.architecture, config.quantization.describe());
+  if (tp.processes) return load_driver(config, checkpoint, backend, it->second, *tp.processes);
   if (tp.size > 1) return load_shards(config, checkpoint, backend, it->second, tp);
   return it->second(config, checkpoint, backend);
 }

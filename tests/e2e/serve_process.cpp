@@ -77,16 +77,7 @@ ServeProcess::ServeProcess(const std::vector<std::string>& extra_args) {
                                    std::to_string(kMaxModelLen), "--kv-cache-memory", std::to_string(64 << 20)};
   if (!has_model) argv.insert(argv.begin() + 2, {"--model", model});
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
+  pid_ = spawn_logged(argv, log_fd);
   ::close(log_fd);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   const std::string marker = "listening on http://127.0.0.1:";
@@ -109,6 +100,20 @@ ServeProcess::ServeProcess(const std::vector<std::string>& extra_args) {
   }
 }
 
+int spawn_logged(const std::vector<std::string>& argv, int log_fd) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int pid = ::fork();
+  if (pid == 0) {
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 ServeProcess::~ServeProcess() {
   if (pid_ > 0) (void)stop(SIGTERM, 15000);
   if (pid_ > 0) {  // still running after the timeout
@@ -122,19 +127,23 @@ std::string ServeProcess::base_url() const { return "http://127.0.0.1:" + std::t
 
 std::string ServeProcess::log() const { return read_text(log_path_); }
 
-int ServeProcess::stop(int signal, int timeout_ms) {
-  if (pid_ <= 0) return -1;
-  ::kill(pid_, signal);
+int wait_for_exit(int& pid, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      pid = -1;
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1;
+}
+
+int ServeProcess::stop(int signal, int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, signal);
+  return wait_for_exit(pid_, timeout_ms);
 }
 
 std::optional<NodeTestRun> run_node_tests(const std::string& test_file, const ServeProcess& server, std::string* why) {

@@ -17,6 +17,12 @@ inline constexpr int kMaxModelLen = 1024;
 // The e2e model folder (made under PAGELLM_BINARY_DIR on first use, safe against parallel tests).
 std::string e2e_model_dir();
 
+// Starts argv[0] with argv, its stdout and stderr into log_fd; returns its pid.
+int spawn_logged(const std::vector<std::string>& argv, int log_fd);
+// The exit code of child `pid` once it exits within timeout_ms (pid becomes -1); -1 when a signal
+// ended it or it still runs.
+int wait_for_exit(int& pid, int timeout_ms);
+
 class ServeProcess {
  public:
   // Default flags: --model e2e_model_dir() --served-model-name test-model --max-model-len 1024

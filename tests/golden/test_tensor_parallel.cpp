@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU twin (ranks as threads, model/tensor_parallel_model.h), and on CUDA
-// with the ranks sharing one GPU: the dense
+// with the ranks sharing one GPU: the dense, Qwen3-MoE, gpt-oss (dense and MXFP4 experts, TP 2) and
+// hybrid (Qwen3.5, Qwen3-Next: Gated DeltaNet heads split, key heads replicated over 4 ranks)
 // transformers fixtures split over 2 and 4 ranks (heads, MLP and expert columns, vocabulary; 4 ranks over 2
 // or 1 KV heads replicate them) give transformers' greedy tokens through the paged engine, alone and
 // batched with chunked prefill, prefix-cache hits and tiny blocks, with top-5 logprobs equal to the
@@ -111,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden, ::testing::ValuesIn(tp_cases
 // rank, sharded weights, per-rank caches, the same-device all-reduce); NCCL over GPUs needs more cards.
 INSTANTIATE_TEST_SUITE_P(Cuda, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cuda")), case_name);
 
-TEST(TensorParallelGolden, CoversDenseFixturesWithOneAndTwoKvHeadsAndQwen3Moe) {
+TEST(TensorParallelGolden, CoversDenseMoeGptOssAndHybridFixtures) {
   // Fails (rather than skips) when the fixtures are missing: CI must run them.
   bool one_kv_head_over_four = false, two_kv_heads_over_two = false, moe = false, qwen35 = false, qwen3_next = false;
   int gpt_oss = 0;  // dense and MXFP4 experts
