@@ -156,7 +156,6 @@ void check_port_free(const std::string& host, int port) {
 }
 
 void run_serve(ServeArgs& args) {
-  install_stop_handlers();
   if (!args.model_positional.empty()) {
     if (!args.model.empty() && args.model != args.model_positional)
       throw CommandError(fmt::format("[serve] two models given: '{}' and --model '{}'", args.model_positional, args.model));
@@ -165,7 +164,9 @@ void run_serve(ServeArgs& args) {
   const bool is_demo = args.model.empty();
   const std::string model_dir = resolve_model_or_demo(args.model, args.revision);
   args.engine.model_dir = model_dir;
-  if (run_as_tensor_parallel_worker(args.engine)) return;  // --node-rank > 0: no server here
+  // --node-rank > 0: no server here, and Ctrl-C / SIGTERM end the worker at once (rank 0 sees it go).
+  if (run_as_tensor_parallel_worker(args.engine)) return;
+  install_stop_handlers();
   check_port_free(args.host, args.port);
 
   if (is_demo)

@@ -1,7 +1,8 @@
 // Tensor parallelism over processes as a user launches it (--nnodes 2, one rank per process, on
 // 127.0.0.1): `pagellm generate` over two processes prints what the two-thread split prints, bit for
 // bit, and transformers' greedy tokens (dense, 1-KV-head and hybrid fixtures); `pagellm serve` over two
-// processes answers as a two-thread server does and stops its worker when it ends. Faults: a worker
+// processes answers as a two-thread server does (a hybrid model's prefix-cache hits too) and stops its
+// worker when it ends. Faults: a worker
 // killed or stopped mid-request ends rank 0 with a one-line error within --tp-timeout-s, a killed
 // rank 0 ends its worker, and a worker with other flags is refused on both sides.
 #include <signal.h>
@@ -26,6 +27,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using test::free_local_port;
 
 // A pagellm process (a worker rank, or a rank 0 that is not a server) with its output in a log file.
 class Rank {
@@ -95,7 +97,7 @@ TEST(TensorParallelProcesses, GenerateOverTwoProcessesPrintsTheTwoThreadSplitsBi
     const std::vector<std::string> request = {"--model", dir.string(), "--prompt-ids",
                                               join_ids(c["prompt_ids"].get<std::vector<int>>()), "--max-tokens",
                                               std::to_string(want.size()), "--output", "json", "--logprobs", "3"};
-    const int port = test::free_local_port();
+    const int port = free_local_port();
     Rank worker(concat(concat({"generate"}, request), group_flags(1, port)));
     const auto [code, over_processes] = generate(concat(request, group_flags(0, port)));
     ASSERT_EQ(code, 0) << over_processes << worker.log();
@@ -118,7 +120,7 @@ json complete(int port, int max_tokens) {
 }
 
 TEST(TensorParallelProcesses, ServeOverTwoProcessesAnswersAsATwoThreadServerAndStopsItsWorker) {
-  const int port = test::free_local_port();
+  const int port = free_local_port();
   Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port)));
   json over_processes;
   {
@@ -135,10 +137,39 @@ TEST(TensorParallelProcesses, ServeOverTwoProcessesAnswersAsATwoThreadServerAndS
   EXPECT_EQ(over_processes, over_threads);  // tokens and logprobs, bit for bit
 }
 
+// Prefix-cache hits of a hybrid model restore GDN state checkpoints: rank 0 tells the worker which
+// slot to restore (StepBatch::state_slot_inits), so a repeated and a partly shared prompt hit and
+// answer as a two-thread server does.
+TEST(TensorParallelProcesses, HybridPrefixHitsOverTwoProcessesAnswerAsOverTwoThreads) {
+  const std::string hybrid = (fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/hybrid/qwen3_5_text_tiny_f32").string();
+  std::vector<int> base(200);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = static_cast<int>((i * 37 + 11) % 512);
+  std::vector<int> partial(base.begin(), base.begin() + 150);
+  for (int i = 0; i < 30; ++i) partial.push_back(300 + i);
+  auto answers = [&](const ServeProcess& server) {
+    json out = json::array();
+    for (const auto& prompt : {base, base, partial}) {
+      const json body = {{"model", kModelName}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 1}};
+      const HttpResult result = http_post_json(server.port(), "/v1/completions", body);
+      out.push_back(result.status == 200 ? json::parse(result.body)["choices"][0]["logprobs"] : json(result.body));
+    }
+    return out;
+  };
+  const int port = free_local_port();
+  Rank worker(concat({"serve", "--model", hybrid}, group_flags(1, port)));
+  ServeProcess over_processes(concat({"--model", hybrid}, group_flags(0, port)));
+  ASSERT_TRUE(over_processes.ready()) << over_processes.log() << worker.log();
+  const json got = answers(over_processes);
+  EXPECT_EQ(metric_value(http_get(over_processes.port(), "/metrics").body, "vllm:prefix_cache_hits_total"), 256.0);
+  ServeProcess over_threads({"--model", hybrid, "--device", "cpu", "--tensor-parallel-size", "2"});
+  ASSERT_TRUE(over_threads.ready()) << over_threads.log();
+  EXPECT_EQ(got, answers(over_threads));
+}
+
 // A server over two processes, a long request running on it, and `fault` done to the worker meanwhile:
 // rank 0 ends with exit code 1 and a one-line [tp] error (returned) within `within_s`.
 std::string rank0_error_after(const std::function<void(Rank&)>& fault, const std::string& timeout_s, double within_s) {
-  const int port = test::free_local_port();
+  const int port = free_local_port();
   Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port, timeout_s)));
   ServeProcess server(group_flags(0, port, timeout_s));
   EXPECT_TRUE(server.ready()) << server.log() << worker.log();
@@ -170,7 +201,7 @@ TEST(TensorParallelProcesses, AHungWorkerEndsRankZeroAfterTheCollectiveDeadline)
 }
 
 TEST(TensorParallelProcesses, AKilledRankZeroEndsItsWorker) {
-  const int port = test::free_local_port();
+  const int port = free_local_port();
   Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port)));
   ServeProcess server(group_flags(0, port));
   ASSERT_TRUE(server.ready()) << server.log() << worker.log();
@@ -183,7 +214,7 @@ TEST(TensorParallelProcesses, AKilledRankZeroEndsItsWorker) {
 TEST(TensorParallelProcesses, AWorkerWithOtherFlagsIsRefusedOnBothSides) {
   const fs::path dir = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/families/llama3_untied_f32";
   const std::vector<std::string> request = {"--model", dir.string(), "--prompt-ids", "1,2,3", "--max-tokens", "2"};
-  const int port = test::free_local_port();
+  const int port = free_local_port();
   Rank worker(concat(concat({"generate"}, request), concat(group_flags(1, port), {"--dtype", "bfloat16"})));
   const auto [code, output] = generate(concat(request, group_flags(0, port)));
   EXPECT_EQ(code, 1) << output;
