@@ -42,6 +42,10 @@ struct AttentionParams {
   float softcap = 0.0f;         // 0 = off; else s = softcap * tanh(s / softcap) after scaling
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
+  // Planning hint: the step's multi-token rows are speculative verification rows (1 + k tokens), whose
+  // keys a GPU backend may split across blocks rather than tile their few queries (prompt chunks keep
+  // a kernel whose rows do not depend on chunking).
+  bool short_rows_split_keys = false;
   KvScales kv_scales{};         // used when the caches are f8_e4m3
   // Attention sinks (gpt-oss): [num_heads] f32 on the op's device, or empty (data == nullptr) = none.
   // Head h's sink is one more logit in its softmax denominator, with no value:

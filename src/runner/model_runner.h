@@ -6,8 +6,9 @@
 // rows by the argmax, rows with temperature > 0 by Backend::sample after it, rows with penalties
 // from a penalised f32 copy (Backend::apply_penalties), and logprobs by Backend::logprobs, so only
 // ids and (id, logprob) pairs cross back. Decode-only steps replay a graph captured per (batch
-// bucket, block-table width), at start-up (capture_decode_graphs) or at first use; the sampling ops
-// run after the replay, outside the graph. runner/sampler.h's sample_token is the CPU reference
+// bucket, block-table width), at start-up (capture_decode_graphs) or at first use; steps of uniform
+// multi-token rows (speculative verification: 1 + k tokens per row) capture theirs at first use on
+// models without recurrent state. The sampling ops run after the replay, outside the graph. runner/sampler.h's sample_token is the CPU reference
 // those ops are tested against.
 //
 // Two steps may be launched at once (async scheduling): each has its own host slot (staging and
@@ -16,6 +17,7 @@
 // from step N's device-side ids into step N+1's inputs before step N+1's forward.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,6 +93,8 @@ class ModelRunner {
   // for steps of max_num_batched_tokens first, so such a step does not grow it and drop the graphs.
   // Returns how many it captured (0 without graphs). Call with nothing launched.
   int capture_decode_graphs(int max_num_seqs, int max_num_batched_tokens, int max_model_len);
+  // Steps of multi-token rows (speculative verification, draft catch-up) run through a graph so far.
+  int64_t num_multi_token_graph_steps() const { return num_multi_token_graph_steps_; }
 
  private:
   struct StepLayout;
@@ -119,8 +123,9 @@ class ModelRunner {
   // upload_masks() copies the rest.
   void upload(const StepLayout& layout, const StepSlot& slot);
   void upload_masks(const StepLayout& layout, const StepSlot& slot);
-  // The graph of a decode bucket: replays it, or runs the step eagerly and captures it.
-  void run_decode_graph(const StepLayout& layout, const StepSlot& slot);
+  // The graph of a bucket of uniform rows (tokens_per_row each): replays it, or runs the step
+  // eagerly and captures it.
+  void run_graph(const StepLayout& layout, const StepSlot& slot, int32_t tokens_per_row);
   // What Backend::sample gets for a sampling row's position (0, or a speculative row's 0..k): its
   // knobs and the uniform of draw num_output_tokens + position of its seed, or temperature 0 for
   // greedy rows (the argmax decides).
@@ -158,7 +163,10 @@ class ModelRunner {
   Tensor penalised_logits_;  // [penalised rows, vocab] f32, on the device
   Tensor logprob_ids_, logprob_values_;            // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
   bool graphs_enabled_ = true;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<OpGraph>> graphs_;  // (batch bucket, table width)
+  // (batch bucket, tokens per row, sampled positions per row, table width)
+  using GraphKey = std::array<int64_t, 4>;
+  std::map<GraphKey, std::unique_ptr<OpGraph>> graphs_;
+  int64_t num_multi_token_graph_steps_ = 0;
 };
 
 }  // namespace pagellm

@@ -800,7 +800,8 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   // is bounded by the block table's width (and by the max_seqlen_k hint when given).
   int64_t max_keys = tables.size(1) * a.k_layout.block_size;
   if (params.max_seqlen_k > 0) max_keys = std::min<int64_t>(max_keys, params.max_seqlen_k);
-  const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_);
+  const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_,
+                                                              params.short_rows_split_keys);
   float* partials = nullptr;
   if (plan.partial_floats > 0) {
     const int64_t floats = plan.partial_floats;
