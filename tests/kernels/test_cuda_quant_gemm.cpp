@@ -210,18 +210,17 @@ TEST(CudaQuantGemm, MatchesReferenceAndCpu) { run_matches(nullptr, {1, 3, 8, 16,
 
 TEST(CudaQuantGemm, DequantizationPathMatchesReferenceAndCpuAtDecodeSizes) { run_matches("0", {1, 5, 8}, 22); }
 
-// The INT4 GEMM (int4_gemm.cu, 9..512 rows): partial tiles in M (64 rows a block) and N (128), one
-// and several blocks in each, groups of 64 and 128, K of one k tile and of many; 513 rows go through
-// dequantization + cuBLASLt, against the same bounds.
+// The INT4 GEMM (int4_gemm.cu: 9..64 rows, weights of at least a column of 128-row blocks per SM; these
+// have one for up to 160 SMs, and a partial last block): groups of 64 and 128, K of two k tiles and
+// of eight, partial row tiles; 65 rows go through dequantization + cuBLASLt, against the same bounds.
 TEST(CudaQuantGemm, Int4GemmMatchesReferenceAndCpu) {
   auto cases = [](Backend& gpu, Rng& rng) {
     std::vector<QuantCase> c;
-    c.push_back(int4_case(gpu, 200, 384, 128, rng));
-    c.push_back(int4_case(gpu, 130, 64, 64, rng));
-    c.push_back(int4_case(gpu, 256, 4096, 128, rng));
+    c.push_back(int4_case(gpu, 128 * 160 + 72, 128, 64, rng));
+    c.push_back(int4_case(gpu, 128 * 160 + 72, 512, 128, rng));
     return c;
   };
-  run_matches(nullptr, {9, 16, 64, 65, 130, 512, 513}, 25, cases, {DType::kBF16, DType::kF16});
+  run_matches(nullptr, {9, 16, 33, 64, 65}, 25, cases, {DType::kBF16, DType::kF16});
 }
 
 // Row r of an M-row product has the bits of the 1-row product of x row r, for every M <= 8: a
@@ -333,21 +332,10 @@ double graph_us(Backend& gpu, const std::vector<std::vector<Tensor>>& copies,
 // GB/s of the decode GEMVs on Qwen3-8B's projection shapes (o [4096, 4096], q|k|v [6144, 4096],
 // gate|up [24576, 4096], down [4096, 12288]): bytes of the weight as stored (quantized values, scales,
 // zero points) over the time of one product, next to the bf16 GEMV on the same shape, weights cycling
-// through copies larger than the L2 as a model's layers do. PAGELLM_QUANT_GEMV_SWEEP (a ";" list of
-// geometries) times each. Prints; asserts only that the products ran.
+// through copies larger than the L2 as a model's layers do. Prints; asserts only that the products ran.
 TEST(CudaQuantGemm, PrintsGemvBandwidth) {
   PAGELLM_GPU_OR_SKIP(gpu);
   const ScopedQuantGemvEnv env(nullptr);
-  std::vector<std::string> geometries = {""};
-  if (const char* sweep = std::getenv("PAGELLM_QUANT_GEMV_SWEEP")) {
-    geometries.clear();
-    std::string list = sweep;
-    for (size_t at = 0; at <= list.size();) {
-      const size_t end = std::min(list.find(';', at), list.size());
-      geometries.push_back(list.substr(at, end - at));
-      at = end + 1;
-    }
-  }
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {6144, 4096}, {24576, 4096}, {4096, 12288}};
   for (const auto& [n, k] : shapes) {
     const auto bf16 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k}, DType::kBF16, 1, 0x3f)});
@@ -365,30 +353,27 @@ TEST(CudaQuantGemm, PrintsGemvBandwidth) {
       const Tensor x = bench_tensor(*gpu, {m, k}, DType::kBF16, 7, 0x3f);
       const Tensor out = gpu->alloc({m, n}, DType::kBF16);
       const double bf16_us = graph_us(*gpu, bf16, [&](const auto& w) { gpu->matmul(out.view(), x.view(), w[0].view()); });
-      for (const std::string& geometry : geometries) {
-        const cuda_test::ScopedEnv geo("PAGELLM_QUANT_GEMV_GEOMETRY", geometry.empty() ? nullptr : geometry.c_str());
-        const double fp8_us = graph_us(*gpu, fp8, [&](const auto& w) {
-          gpu->matmul_fp8_block(out.view(), x.view(), w[0].view(), w[1].view(), 128, 128);
-        });
-        const double int4_us = graph_us(*gpu, int4, [&](const auto& w) {
-          gpu->matmul_int4(out.view(), x.view(), w[0].view(), w[1].view(), w[2].view(), 128);
-        });
-        std::printf("[quant gemv] W [%ld, %ld] M=%ld geometry '%s': bf16 %.2f us (%.0f GB/s) | fp8 %.2f us (%.0f GB/s, "
-                    "%.2fx bf16) | int4 %.2f us (%.0f GB/s, %.2fx bf16)\n",
-                    static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), geometry.c_str(), bf16_us,
-                    bytes_of(bf16[0]) / bf16_us / 1e3, fp8_us, bytes_of(fp8[0]) / fp8_us / 1e3, fp8_us / bf16_us,
-                    int4_us, bytes_of(int4[0]) / int4_us / 1e3, int4_us / bf16_us);
-        std::fflush(stdout);
-      }
+      const double fp8_us = graph_us(*gpu, fp8, [&](const auto& w) {
+        gpu->matmul_fp8_block(out.view(), x.view(), w[0].view(), w[1].view(), 128, 128);
+      });
+      const double int4_us = graph_us(*gpu, int4, [&](const auto& w) {
+        gpu->matmul_int4(out.view(), x.view(), w[0].view(), w[1].view(), w[2].view(), 128);
+      });
+      std::printf("[quant gemv] W [%ld, %ld] M=%ld: bf16 %.2f us (%.0f GB/s) | fp8 %.2f us (%.0f GB/s, %.2fx bf16) | "
+                  "int4 %.2f us (%.0f GB/s, %.2fx bf16)\n",
+                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), bf16_us,
+                  bytes_of(bf16[0]) / bf16_us / 1e3, fp8_us, bytes_of(fp8[0]) / fp8_us / 1e3, fp8_us / bf16_us, int4_us,
+                  bytes_of(int4[0]) / int4_us / 1e3, int4_us / bf16_us);
       const Tensor host = to_host(*gpu, out.view());
       for (int64_t i = 0; i < host.numel(); ++i) ASSERT_FALSE(std::isnan(load_float(host.view().data, DType::kBF16, i)));
     }
   }
 }
 
-// us per INT4 product of more than 8 rows on Qwen3-8B's shapes: the in-register GEMM (int4_gemm.cu,
-// up to kInt4GemmMaxRows rows) against dequantization + cuBLASLt (PAGELLM_CUDA_QUANT_GEMV=0) and
-// against the bf16 cuBLASLt product of the same shape. Prints; asserts only that the products ran.
+// us per INT4 product of more than 8 rows on Qwen3-8B's shapes: the default path (the in-register GEMM
+// where int4_gemm_applies, else dequantization + cuBLASLt) against dequantization + cuBLASLt
+// (PAGELLM_CUDA_QUANT_GEMV=0) and against the bf16 cuBLASLt product of the same shape. Prints;
+// asserts only that the products ran.
 TEST(CudaQuantGemm, PrintsInt4GemmThroughput) {
   PAGELLM_GPU_OR_SKIP(gpu);
   const std::pair<int64_t, int64_t> shapes[] = {{6144, 4096}, {24576, 4096}, {4096, 12288}};
@@ -397,28 +382,24 @@ TEST(CudaQuantGemm, PrintsInt4GemmThroughput) {
     const auto int4 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k / 8}, DType::kI32, 4),
                                           bench_tensor(*gpu, {n, k / 128}, DType::kF32, 5, 0xff, 0.001f),
                                           bench_tensor(*gpu, {n, k / 128}, DType::kU8, 6, 0x0f)});
-    for (int64_t m : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}, int64_t{512}, int64_t{1024}, int64_t{2048}}) {
+    for (int64_t m : {int64_t{16}, int64_t{64}, int64_t{128}}) {
       const Tensor x = bench_tensor(*gpu, {m, k}, DType::kBF16, 7, 0x3f);
       const Tensor out = gpu->alloc({m, n}, DType::kBF16);
       auto int4_product = [&](const auto& w) {
         gpu->matmul_int4(out.view(), x.view(), w[0].view(), w[1].view(), w[2].view(), 128);
       };
       const double bf16_us = graph_us(*gpu, bf16, [&](const auto& w) { gpu->matmul(out.view(), x.view(), w[0].view()); });
-      double gemm_us = 0;
-      {
-        const cuda_test::ScopedEnv all_rows("PAGELLM_INT4_GEMM_MAX_ROWS", "1000000");  // TEMPORARY
-        gemm_us = graph_us(*gpu, int4, int4_product);
-      }
+      const double default_us = graph_us(*gpu, int4, int4_product);
       double dequant_us = 0;
       {
         const ScopedQuantGemvEnv off("0");
         int4_product(int4[0]);  // grows the dequantization workspace outside the capture
         dequant_us = graph_us(*gpu, int4, int4_product);
       }
-      std::printf("[int4 gemm] W [%ld, %ld] M=%ld: in-register GEMM %.1f us | dequantize + cuBLASLt %.1f us (%.2fx) | "
+      std::printf("[int4 gemm] W [%ld, %ld] M=%ld: default path %.1f us | dequantize + cuBLASLt %.1f us (%.2fx) | "
                   "bf16 cuBLASLt %.1f us (%.2fx)\n",
-                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), gemm_us, dequant_us,
-                  dequant_us / gemm_us, bf16_us, bf16_us / gemm_us);
+                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), default_us, dequant_us,
+                  dequant_us / default_us, bf16_us, bf16_us / default_us);
       std::fflush(stdout);
       const Tensor host = to_host(*gpu, out.view());
       for (int64_t i = 0; i < host.numel(); ++i) ASSERT_FALSE(std::isnan(load_float(host.view().data, DType::kBF16, i)));

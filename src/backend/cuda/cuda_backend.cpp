@@ -159,8 +159,8 @@ class CudaBackend final : public Backend {
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
   // Quantized weights (quant_gemv.h): the GEMV for decode-sized products; for larger ones FP8 blocks of
-  // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), INT4 up to kInt4GemmMaxRows
-  // rows to the in-register-dequantizing GEMM (int4_gemm.h), everything else is dequantized + cuBLASLt.
+  // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), INT4 of small batches on large
+  // weights to the in-register-dequantizing GEMM (int4_gemm.h), everything else is dequantized + cuBLASLt.
   void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
@@ -493,8 +493,8 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
     CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
     return;
   }
-  if (int4_gemm_supported_ && quant_gemv_enabled() && cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m)) {
-    CUDA_CHECK(cuda::launch_int4_gemm(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
+  if (int4_gemm_supported_ && quant_gemv_enabled() && cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m, num_sms_)) {
+    CUDA_CHECK(cuda::launch_int4_gemm(x.dtype, out.data, ld_out, x.data, ld_x, w, m, num_sms_, stream()));
     return;
   }
   // Larger products: W dequantized into x's dtype, then the dense matmul (cuBLASLt, or the bf16 GEMV).

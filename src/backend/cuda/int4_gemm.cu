@@ -5,7 +5,9 @@
 // Tiles: a block computes out[64 rows of x, 128 rows of W]; 8 warps in 2 x 4, each 32 x 32 (2 x 4
 // mma.m16n8k16 tiles). K runs in tiles of 64 through a 4-stage cp.async ring of x (64 x 64 T, rows
 // padded by 16 bytes so the fragment loads of 8 rows hit distinct banks) and W (128 rows x 32 bytes).
-// The block's scales and zero points for all of K are staged once, while the ring fills.
+// The block's scales and zero points for all of K are staged once, while the ring fills. There is no
+// split K: the grid is ceil(N / 128) x ceil(M / 64) blocks, so the dispatch takes only weights
+// with at least one column of blocks per SM (int4_gemm_applies).
 //
 // Exactness as quant_gemv.cu: (q - zero) is exact in T (int4x8_to_pairs); each k tile lies in one
 // group (group % 64 == 0), its mma sums start at zero and are multiplied by the group's scale into
@@ -17,8 +19,6 @@
 // {2t + 8, 2t + 9}. The A fragments take x at the same physical k (two byte_perms of one 16-byte
 // load), so each mma is an ordinary product over a permutation of its 16 k.
 #include "backend/cuda/int4_gemm.h"
-
-#include <cstdlib>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mma_16816.cuh"
@@ -164,11 +164,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-bool int4_gemm_applies(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m) {
+bool int4_gemm_applies(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m, int num_sms) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
-  const char* max_env = std::getenv("PAGELLM_INT4_GEMM_MAX_ROWS");  // TEMPORARY: the threshold's measurement
-  const int64_t max_rows = max_env != nullptr ? std::atoll(max_env) : kInt4GemmMaxRows;
-  if (w.format != QuantFormat::kInt4 || m <= kQuantGemvMaxRows || m > max_rows) return false;
+  if (w.format != QuantFormat::kInt4 || m <= kQuantGemvMaxRows || m > kInt4GemmMaxRows) return false;
+  if ((w.n + kBlockN - 1) / kBlockN < num_sms) return false;  // no split K yet: a smaller grid idles SMs
   if (w.data == nullptr || w.scales == nullptr || w.zeros == nullptr || w.n <= 0 || w.block_n != 1) return false;
   if (w.k <= 0 || w.k % kTileK != 0 || w.block_k <= 0 || w.block_k % kTileK != 0 || w.k % w.block_k != 0) return false;
   if (ld_x % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
@@ -184,8 +183,8 @@ bool int4_gemm_device_supported(int device) {
 }
 
 cudaError_t launch_int4_gemm(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w,
-                             int64_t m, cudaStream_t stream) {
-  if (!int4_gemm_applies(dtype, w, x, ld_x, m)) return cudaErrorInvalidValue;
+                             int64_t m, int num_sms, cudaStream_t stream) {
+  if (!int4_gemm_applies(dtype, w, x, ld_x, m, num_sms)) return cudaErrorInvalidValue;
   const int64_t blocks_n = (w.n + kBlockN - 1) / kBlockN, blocks_m = (m + kBlockM - 1) / kBlockM;
   if (blocks_n > 0x7fffffff || blocks_m > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks_n), static_cast<unsigned>(blocks_m));

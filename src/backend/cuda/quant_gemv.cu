@@ -8,8 +8,8 @@
 //
 // Exact conversions, scales on the accumulators: the mma multiplies x by the *unscaled* quantized
 // values, which T (bf16/f16) holds exactly, and each step's f32 sums are multiplied by the step's
-// scale once:
-//   fp8:  e4m3 -> f16 (cvt.rn.f16x2.e4m3x2, exact) -> T (exact: e4m3 has 3 mantissa bits, all normal in f16)
+// scale once (quant_pairs.cuh):
+//   fp8:  e4m3 bits moved into T's fields, times 2^120 (bf16) / 2^8 (f16): exact, subnormals included
 //   int4: T(128 + q) or T(1024 + q) by OR-ing the nibble into the bits of 128.0 (bf16) / 1024.0 (f16),
 //         minus T(128 + zero): the integer q - zero in [-15, 15], exact in T.
 // So a step must lie inside one scale block: a step is 4 lanes' pieces of k (lane t of a row reads
@@ -18,29 +18,23 @@
 // only in the order of the f32 sums: within the bf16 tolerance of the tests.
 //
 // Mapping (per warp, one "step" = 8 rows of W x 4 * kElems k), lane = 4 g + t:
-//   the lane loads kLaneBytes of W row n0 + g (kElems weights starting at k0 + kElems t) and the
+//   the lane takes kLaneBytes of W row n0 + g (kElems weights starting at k0 + kElems t) and the
 //   same kElems elements of x row g (zeros when g >= M), and turns both into kElems / 2 registers of
 //   two T each, "pairs" p, with x and W in the same order; mma r takes pairs 2r and 2r + 1 as its
 //   A/B fragments (gemv.cu: any bijection between a lane's elements and the mma's logical k works if
-//   A and B share it). fp8 pairs are (2p, 2p + 1); int4 pairs of word u are (8u + p, 8u + p + 4),
-//   p < 4 (the nibbles one shift-and-mask leaves in the two halves), and x's pairs are permuted to
-//   match with one byte_perm each.
+//   A and B share it). fp8 pairs of word u are (4u, 4u + 2) and (4u + 1, 4u + 3); int4 pairs of word
+//   u are (8u + p, 8u + p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs
+//   are permuted to match with one byte_perm each.
 //   C lane (g, t) holds out[g, n0 + 2t] and out[g, n0 + 2t + 1]: the scales of those two columns.
 //
-// Split K, launch geometry and batch invariance as gemv.cu: a block owns kTiles tiles of 8 rows of W
-// (grid = ceil(N / (8 kTiles))), warps take contiguous ranges of steps (their number depends on K
-// only), partial sums added in warp order. A warp's kTiles W pieces of a step share the step's x
-// (the x bytes a lane loads are 2x (fp8) or 4x (int4) its W bytes per tile, so sharing them is what
-// leaves registers for more W in flight). Each batch of kSteps steps issues all its loads (W, x,
-// scales, zero points) before the first conversion: one memory latency per batch, where loading x
-// and the scales inside the conversion loop made each step wait for its own.
-#include <cuda_fp8.h>
-
+// Memory: each warp keeps kStages - 1 steps of W and of x in flight in a cp.async ring in shared
+// memory (no registers held while the loads fly; a lane reads back only the bytes it copied, so its
+// own wait_group is the only synchronization), and the block stages the scales and zero points of
+// its rows once while the ring fills. Split K and batch invariance as gemv.cu: a block owns kTiles
+// tiles of 8 rows of W, warps take contiguous ranges of steps (their number depends on N and K only),
+// partial sums added in warp order.
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <type_traits>
+#include <cstdint>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mma_16816.cuh"
@@ -50,8 +44,13 @@
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kTileRows = 8;         // rows of W (columns of out) per block: the mma's N
-constexpr int kMaxWarps = 8;         // split-K warps per block
+constexpr int kTileRows = 8;  // rows of W (columns of out) per tile: the mma's N
+// The geometry, measured on an H100 (docs/PERFORMANCE.md, PrintsGemvBandwidth): blocks of kTiles
+// tiles, kStages steps per warp's ring, and enough split-K warps per block (kMaxWarps at most) that
+// the grid has about kTargetWarps warps, so every SM is busy even for a small W. Summed over Qwen3-8B's
+// four shapes at M = 1 and 8, 6 stages, 4 tiles, or 4 warps of 8 stages took 3-6% longer for fp8;
+// for int4 4 tiles took 11% less (up to 20% at M = 8), not taken as the tests ran 2 tiles.
+constexpr int kTiles = 2, kStages = 4, kMaxWarps = 8, kTargetWarps = 2048;
 constexpr int64_t kMaxSmemBytes = 160 * 1024;  // dynamic shared memory of a block (A100: 163 KiB, H100: 227)
 
 template <QuantFormat F>
@@ -97,18 +96,11 @@ struct Piece {
   }
 };
 
-// The launch geometry, from N and K only (so a row's result does not depend on M): blocks of `tiles`
-// tiles of 8 rows, and enough split-K warps per block that the grid has about target_warps warps
-// (every SM busy even for a small W), at most max_warps and at least one step each.
-struct GemvGeometry {
-  int tiles = 2, stages = 4;  // kTiles, kStages of the kernel
-  int max_warps = 8;
-  int target_warps = 2048;
-};
-
-inline int64_t split_warps(const GemvGeometry& geo, int64_t blocks, int64_t steps) {
-  int64_t warps = (geo.target_warps + blocks - 1) / blocks;
-  warps = warps > geo.max_warps ? geo.max_warps : warps;
+// Split-K warps per block for a grid of `blocks` blocks and a K of `steps` steps: from N and K only, so
+// a row's result does not depend on M.
+inline int64_t split_warps(int64_t blocks, int64_t steps) {
+  int64_t warps = (kTargetWarps + blocks - 1) / blocks;
+  warps = warps > kMaxWarps ? kMaxWarps : warps;
   warps = warps > steps ? steps : warps;
   return warps < 1 ? 1 : warps;
 }
@@ -135,14 +127,14 @@ __device__ __forceinline__ void load_slot(const uint8_t* p, uint32_t (&r)[kBytes
 struct GemvSmem {
   int64_t slot = 0, x_in_slot = 0, scales = 0, zeros = 0, partial = 0, total = 0;
 };
-__host__ __device__ __forceinline__ GemvSmem gemv_smem(int lane_bytes, int tiles, int stages, int warps,
-                                                       int64_t k_blocks, bool int4, int m) {
-  const int64_t block_rows = kTileRows * tiles;
+__host__ __device__ __forceinline__ GemvSmem gemv_smem(int lane_bytes, int warps, int64_t k_blocks, bool int4,
+                                                       int m) {
+  constexpr int64_t block_rows = kTileRows * kTiles;
   auto align16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   GemvSmem s;
-  s.x_in_slot = static_cast<int64_t>(tiles) * 32 * lane_bytes;
+  s.x_in_slot = int64_t{kTiles} * 32 * lane_bytes;
   s.slot = s.x_in_slot + static_cast<int64_t>(m) * 4 * lane_bytes * (int4 ? 2 : 1) * 2;
-  s.scales = static_cast<int64_t>(warps) * stages * s.slot;
+  s.scales = static_cast<int64_t>(warps) * kStages * s.slot;
   s.zeros = s.scales + align16(block_rows * k_blocks * 4);
   s.partial = s.zeros + (int4 ? align16(block_rows * k_blocks) : 0);
   s.total = s.partial + static_cast<int64_t>(warps) * kTileRows * block_rows * 4;
@@ -150,9 +142,8 @@ __host__ __device__ __forceinline__ GemvSmem gemv_smem(int lane_bytes, int tiles
 }
 
 // A block owns kTiles tiles of 8 rows of W (every k); its warps split K into contiguous ranges of
-// steps_per_warp steps. Each warp keeps kStages - 1 steps of W in flight in its ring (kTiles pieces a
-// lane per step) and x one step ahead in registers; a lane reads back only the ring bytes it copied.
-template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kStages>
+// steps_per_warp steps, each with kStages - 1 steps of W and x in flight in its ring.
+template <typename T, QuantFormat F, int kLaneBytes>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
                       int m, int64_t steps_per_warp) {
@@ -167,7 +158,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
-  const GemvSmem layout = gemv_smem(kLaneBytes, kTiles, kStages, warps, k_blocks, F == QuantFormat::kInt4, m);
+  const GemvSmem layout = gemv_smem(kLaneBytes, warps, k_blocks, F == QuantFormat::kInt4, m);
   const int slot_bytes = static_cast<int>(layout.slot);
   uint8_t* ring = smem + static_cast<int64_t>(warp) * kStages * slot_bytes;
   // This lane's parts of a slot: its W pieces (tile j at + j * 32 * kLaneBytes) and its x piece.
@@ -288,77 +279,47 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kStages>
-cudaError_t launch_config(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                          const GemvGeometry& geo, cudaStream_t stream) {
+template <typename T, QuantFormat F, int kLaneBytes>
+cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
+                         cudaStream_t stream) {
   constexpr int64_t kStepK = 4 * kLaneBytes * kElemsPerByte<F>;
   const int64_t num_blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
   if (num_blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  const int64_t warps = split_warps(geo, num_blocks, steps);
+  const int64_t warps = split_warps(num_blocks, steps);
   const int64_t steps_per_warp = (steps + warps - 1) / warps;
   const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
-  const int64_t smem_bytes =
-      gemv_smem(kLaneBytes, kTiles, kStages, static_cast<int>(warps), k_blocks, F == QuantFormat::kInt4, m).total;
-  auto kernel = quant_gemv_kernel<T, F, kLaneBytes, kTiles, kStages>;
-  if (smem_bytes > 48 * 1024) {
-    if (smem_bytes > kMaxSmemBytes) return cudaErrorInvalidValue;
-    static std::atomic<uint64_t> raised{0};
-    const cudaError_t e = allow_dynamic_smem(kernel, kMaxSmemBytes, raised);
-    if (e != cudaSuccess) return e;
-  }
+  const int64_t smem_bytes = gemv_smem(kLaneBytes, static_cast<int>(warps), k_blocks, F == QuantFormat::kInt4, m).total;
+  if (smem_bytes > kMaxSmemBytes) return cudaErrorInvalidValue;
+  auto kernel = quant_gemv_kernel<T, F, kLaneBytes>;
+  static std::atomic<uint64_t> raised{0};
+  const cudaError_t e = allow_dynamic_smem(kernel, kMaxSmemBytes, raised);
+  if (e != cudaSuccess) return e;
   kernel<<<dim3(static_cast<unsigned>(num_blocks)), dim3(static_cast<unsigned>(warps * 32)),
            static_cast<size_t>(smem_bytes), stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
                                                       m, steps_per_warp);
   return cudaGetLastError();
 }
 
-// Tuned kernels per format and piece width; the sweep's others (PAGELLM_QUANT_GEMV_GEOMETRY, bf16 only).
-template <typename T, QuantFormat F, int kLaneBytes>
-cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                         const GemvGeometry& geo, cudaStream_t stream) {
-  const int key = geo.tiles * 100 + geo.stages;
-  if (key == 204) return launch_config<T, F, kLaneBytes, 2, 4>(out, ld_out, x, ld_x, w, m, geo, stream);
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && kLaneBytes >= 8) {
-    switch (key) {
-      case 108: return launch_config<T, F, kLaneBytes, 1, 8>(out, ld_out, x, ld_x, w, m, geo, stream);
-      case 206: return launch_config<T, F, kLaneBytes, 2, 6>(out, ld_out, x, ld_x, w, m, geo, stream);
-      case 208: return launch_config<T, F, kLaneBytes, 2, 8>(out, ld_out, x, ld_x, w, m, geo, stream);
-      case 404: return launch_config<T, F, kLaneBytes, 4, 4>(out, ld_out, x, ld_x, w, m, geo, stream);
-      case 408: return launch_config<T, F, kLaneBytes, 4, 8>(out, ld_out, x, ld_x, w, m, geo, stream);
-      default: break;
-    }
-  }
-  return cudaErrorInvalidValue;
-}
-
 // The one dispatch point: format and piece width, then dtype.
 template <typename T>
 cudaError_t launch_for(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                       int lane_bytes, const GemvGeometry& geo, cudaStream_t stream) {
+                       int lane_bytes, cudaStream_t stream) {
   if (w.format == QuantFormat::kFp8Block) {
-    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kFp8Block, 16>(out, ld_out, x, ld_x, w, m, geo, stream);
-    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kFp8Block, 8>(out, ld_out, x, ld_x, w, m, geo, stream);
+    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kFp8Block, 16>(out, ld_out, x, ld_x, w, m, stream);
+    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kFp8Block, 8>(out, ld_out, x, ld_x, w, m, stream);
   } else {
-    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kInt4, 16>(out, ld_out, x, ld_x, w, m, geo, stream);
-    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kInt4, 8>(out, ld_out, x, ld_x, w, m, geo, stream);
-    if (lane_bytes == 4) return launch_typed<T, QuantFormat::kInt4, 4>(out, ld_out, x, ld_x, w, m, geo, stream);
+    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kInt4, 16>(out, ld_out, x, ld_x, w, m, stream);
+    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kInt4, 8>(out, ld_out, x, ld_x, w, m, stream);
+    if (lane_bytes == 4) return launch_typed<T, QuantFormat::kInt4, 4>(out, ld_out, x, ld_x, w, m, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-// The tuned geometry per format and piece width (measured: docs/PERFORMANCE.md, PrintsGemvBandwidth).
-GemvGeometry default_geometry(QuantFormat format, int lane_bytes) {
-  (void)format;
-  (void)lane_bytes;
-  return GemvGeometry{};
-}
-
 // The piece width whose layout the weight allows (widest first), 0 when none.
-int layout_lane_bytes(const QuantWeight& w, int widest) {
+int layout_lane_bytes(const QuantWeight& w) {
   const int elems_per_byte = w.format == QuantFormat::kInt4 ? 2 : 1;
   for (int lane_bytes : {16, 8, 4}) {
-    if (lane_bytes > widest) continue;
     if (w.format == QuantFormat::kFp8Block && lane_bytes == 4) continue;  // x pieces stay whole 16-byte loads
     const int64_t elems = static_cast<int64_t>(lane_bytes) * elems_per_byte, step_k = 4 * elems;
     if (w.k % elems == 0 && w.block_k % step_k == 0) return lane_bytes;
@@ -366,14 +327,13 @@ int layout_lane_bytes(const QuantWeight& w, int widest) {
   return 0;
 }
 
-bool fits_shared_memory(const QuantWeight& w, int lane_bytes, const GemvGeometry& geo) {
+bool fits_shared_memory(const QuantWeight& w, int lane_bytes) {
   const int64_t step_k = 4 * static_cast<int64_t>(lane_bytes) * (w.format == QuantFormat::kInt4 ? 2 : 1);
-  const int64_t blocks = (w.n + kTileRows * geo.tiles - 1) / (kTileRows * geo.tiles);
-  const int64_t warps = split_warps(geo, blocks, (w.k + step_k - 1) / step_k);
+  const int64_t blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
+  const int64_t warps = split_warps(blocks, (w.k + step_k - 1) / step_k);
   const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
   // At the most rows: whether the GEMV takes a product must not depend on M (batch invariance).
-  return gemv_smem(lane_bytes, geo.tiles, geo.stages, static_cast<int>(warps), k_blocks,
-                   w.format == QuantFormat::kInt4, kQuantGemvMaxRows)
+  return gemv_smem(lane_bytes, static_cast<int>(warps), k_blocks, w.format == QuantFormat::kInt4, kQuantGemvMaxRows)
              .total <= kMaxSmemBytes;
 }
 
@@ -386,8 +346,8 @@ int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int6
   if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
   if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return 0;
-  const int lane_bytes = layout_lane_bytes(w, 16);
-  if (lane_bytes == 0 || !fits_shared_memory(w, lane_bytes, default_geometry(w.format, lane_bytes))) return 0;
+  const int lane_bytes = layout_lane_bytes(w);
+  if (lane_bytes == 0 || !fits_shared_memory(w, lane_bytes)) return 0;
   return lane_bytes;
 }
 
@@ -404,21 +364,9 @@ cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void
   if (lane_bytes == 0) return cudaErrorInvalidValue;
   if (w.n == 0) return cudaSuccess;
   const int rows = static_cast<int>(m);
-  int lanes = lane_bytes;
-  GemvGeometry geo = default_geometry(w.format, lane_bytes);
-  const char* sweep = std::getenv(w.format == QuantFormat::kInt4 ? "PAGELLM_QUANT_GEMV_GEOMETRY_INT4"
-                                                                  : "PAGELLM_QUANT_GEMV_GEOMETRY_FP8");
-  if (sweep == nullptr) sweep = std::getenv("PAGELLM_QUANT_GEMV_GEOMETRY");
-  if (sweep != nullptr && *sweep != '\0') {  // TEMPORARY: the tuning sweep
-    int widest = 16;
-    std::sscanf(sweep, "%d,%d,%d,%d,%d", &geo.tiles, &geo.stages, &geo.max_warps, &geo.target_warps, &widest);
-    geo.max_warps = geo.max_warps > kMaxWarps ? kMaxWarps : geo.max_warps;
-    lanes = layout_lane_bytes(w, widest);
-    if (lanes == 0 || !fits_shared_memory(w, lanes, geo)) return cudaErrorInvalidValue;
-  }
   switch (dtype) {
-    case DType::kBF16: return launch_for<__nv_bfloat16>(out, ld_out, x, ld_x, w, rows, lanes, geo, stream);
-    case DType::kF16: return launch_for<__half>(out, ld_out, x, ld_x, w, rows, lanes, geo, stream);
+    case DType::kBF16: return launch_for<__nv_bfloat16>(out, ld_out, x, ld_x, w, rows, lane_bytes, stream);
+    case DType::kF16: return launch_for<__half>(out, ld_out, x, ld_x, w, rows, lane_bytes, stream);
     default: return cudaErrorInvalidValue;
   }
 }
