@@ -285,12 +285,13 @@ TEST(CudaQuantGemm, GemvConvertsEveryE4m3CodeExactly) {
 Tensor bench_tensor(Backend& gpu, Shape shape, DType dtype, uint64_t seed, uint8_t byte_mask = 0xff, float lo = 0.0f) {
   Tensor host = Tensor::cpu(shape, dtype);
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next_byte = [&state] { return static_cast<uint8_t>((state = state * 6364136223846793005ull + 1) >> 56); };
   if (dtype == DType::kF32) {
     float* p = host.view().ptr<float>();
-    for (int64_t i = 0; i < host.numel(); ++i) p[i] = lo + static_cast<float>((state = state * 6364136223846793005ull + 1) >> 56) * 0x1.0p-16f;
+    for (int64_t i = 0; i < host.numel(); ++i) p[i] = lo + static_cast<float>(next_byte()) * 0x1.0p-16f;
   } else {
     uint8_t* p = static_cast<uint8_t*>(host.view().data);
-    for (size_t i = 0; i < host.nbytes(); ++i) p[i] = static_cast<uint8_t>((state = state * 6364136223846793005ull + 1) >> 56) & byte_mask;
+    for (size_t i = 0; i < host.nbytes(); ++i) p[i] = next_byte() & byte_mask;
   }
   return to_device(gpu, host.view());
 }

@@ -493,7 +493,8 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
     CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
     return;
   }
-  if (int4_gemm_supported_ && quant_gemv_enabled() && cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m, num_sms_)) {
+  if (int4_gemm_supported_ && quant_gemv_enabled() &&
+      cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m, num_sms_)) {
     CUDA_CHECK(cuda::launch_int4_gemm(x.dtype, out.data, ld_out, x.data, ld_x, w, m, num_sms_, stream()));
     return;
   }

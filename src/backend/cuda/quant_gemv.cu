@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     const int row = i / kBlockRows, col = i % kBlockRows;
     if (row < m && n0 + col < wq.n) {
       float sum = partial[row * kBlockRows + col];
-      for (int v = 1; v < warps; ++v) sum += partial[(v * kTileRows + row) * kBlockRows + col];  // warp order: fixed by K alone
+      // warp order: fixed by N and K alone
+      for (int v = 1; v < warps; ++v) sum += partial[(v * kTileRows + row) * kBlockRows + col];
       out[row * ld_out + n0 + col] = from_f32<T>(sum);
     }
   }
