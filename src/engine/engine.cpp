@@ -135,11 +135,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
   MemorySpec spec = model->memory_spec();
-  // A rejected draft would have to be undone in the Gated DeltaNet state, which is not rolled back yet.
-  if (config.speculative.enabled() && spec.is_hybrid())
-    return invalid_argument("[engine] --speculative-config: {} is a hybrid (Gated DeltaNet) model, whose recurrent "
-                            "state cannot be rolled back past rejected drafts yet; speculative decoding needs an "
-                            "attention-only model", model->config().architecture);
+  // A hybrid model's speculative row must run the recurrent form, which keeps the state after each draft.
+  if (spec.is_hybrid() && config.speculative.num_speculative_tokens + 1 >= kGdnMinChunkedTokens)
+    return invalid_argument("[engine] --speculative-config: num_speculative_tokens {} is too many for the hybrid "
+                            "(Gated DeltaNet) model {}: at most {}", config.speculative.num_speculative_tokens,
+                            model->config().architecture, kGdnMinChunkedTokens - 2);
   // The KV cache's dtype: the budget counts its bytes (an FP8 cache gets twice the blocks of bf16).
   PAGELLM_ASSIGN_OR_RETURN(spec.kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, spec.kv_dtype));
   // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
@@ -221,7 +221,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs,
-                                          kv_cache_dtype, config.num_state_checkpoints);
+                                          kv_cache_dtype, config.num_state_checkpoints,
+                                          state_drafts_per_request(config));
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
