@@ -9,6 +9,7 @@
 #include "cache/kv_cache_groups.h"
 #include "engine/activation_profile.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/mtp_proposer.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/state_memory.h"
@@ -152,6 +153,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
     PAGELLM_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative, *backend, *model, tokenizer.get()));
     bytes_per_block += block_bytes_of(draft->memory_spec(), config.block_size);
   }
+  // An MTP head likewise keeps its one attention layer's cache of as many blocks.
+  std::unique_ptr<MtpModel> mtp_head;
+  if (config.speculative.method == SpeculativeMethod::kMtp) {
+    PAGELLM_ASSIGN_OR_RETURN(mtp_head, load_mtp_model(*model, config.model_dir, *backend));
+    bytes_per_block += block_bytes_of(mtp_head->memory_spec(), config.block_size);
+    LOG_INFO("[engine] speculative decoding: the checkpoint's MTP head, {} drafts per step",
+             config.speculative.num_speculative_tokens);
+  }
   int64_t budget = config.kv_cache_memory_bytes;
   if (budget <= 0 && backend->device() == Device::kCpu) {
     const int64_t free_bytes = backend->free_memory_bytes();
@@ -191,6 +200,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (draft)
     engine->drafter_ = std::make_unique<DraftModelProposer>(std::move(draft), *engine->backend_, static_cast<int>(num_blocks),
                                                             config.block_size, config.speculative.num_speculative_tokens);
+  if (mtp_head)
+    engine->drafter_ = std::make_unique<MtpProposer>(std::move(mtp_head), *engine->backend_, static_cast<int>(num_blocks),
+                                                     config.block_size, config.speculative.num_speculative_tokens);
   const auto capture_started = Clock::now();
   const int num_graphs =
       engine->runner_->capture_decode_graphs(config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
@@ -509,6 +521,8 @@ void Engine::finish_oldest_step() {
   StepResult result = runner_->finish(oldest.plan);
   keep_prompt_logprobs(result);
   std::vector<RequestUpdate> updates = scheduler_->commit(oldest.plan, result);
+  // Speculative steps run synchronously: the target's last forward is this step's (an MTP head reads it).
+  if (drafter_) drafter_->after_step(oldest.plan, [&](RequestId id) { return scheduler_->find(id); });
   // A step's time: from its launch, or from the previous step's end when it queued behind it.
   const auto now = Clock::now();
   const double step_s = seconds_between(std::max(oldest.launched, last_finish_), now);
