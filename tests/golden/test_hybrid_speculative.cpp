@@ -47,13 +47,14 @@ struct Outcome {
 // The prompts `waves` times over, each wave batched (a later wave may hit what an earlier one cached),
 // or one prompt at a time.
 Outcome run(const fs::path& model, EngineConfig config, const std::string& json,
-            const std::vector<std::vector<TokenId>>& prompts, int max_tokens, bool batched, int waves = 1) {
+            const std::vector<std::vector<TokenId>>& prompts, int max_tokens, bool batched, int waves = 1,
+            const std::string& device = "cpu") {
   if (!json.empty()) {
     Expected<SpeculativeConfig> parsed = parse_speculative_config(json);
     EXPECT_TRUE(parsed.has_value()) << parsed.status().message();
     if (parsed.has_value()) config.speculative = *parsed;
   }
-  auto llm = make_test_llm(model, config);
+  auto llm = make_test_llm(model, config, device);
   if (!llm) {
     ADD_FAILURE() << "engine did not load";
     return {};
@@ -171,6 +172,28 @@ TEST_P(HybridSpeculative, PreemptionKeepsTheTokens) {
     const Outcome spec = run(model(), small, json, prompts, 200, true);
     expect_same_outputs(spec, plain, json + " small budget", 1e-4);
     EXPECT_GT(spec.metrics.preemptions, 0u) << json;
+    EXPECT_GT(spec.metrics.spec_decode_num_draft_tokens, 0u) << json;
+  }
+}
+
+// The CUDA runner: speculative rows run the recurrent GDN kernel (draft slots after any token) beside
+// decode rows that replay graphs; the tokens are the plain CUDA run's.
+TEST_P(HybridSpeculative, CudaGreedyTokensEqualThePlainRun) {
+  SKIP_UNLESS_BACKEND("cuda");
+  const std::vector<GoldenCase> cases = read_golden_cases(model());
+  std::vector<std::vector<TokenId>> prompts;
+  for (const GoldenCase& c : cases) prompts.push_back(c.prompt);
+  EngineConfig config;
+  config.async_scheduling = 1;
+  config.max_num_batched_tokens = 16;
+  const Outcome plain = run(model(), config, "", prompts, 16, true, 1, "cuda");
+  for (const std::string& json : {kNgram, draft_model_json(kDenseDraft, 3)}) {
+    const Outcome spec = run(model(), config, json, prompts, 16, true, 1, "cuda");
+    ASSERT_EQ(spec.outs.size(), plain.outs.size());
+    for (size_t i = 0; i < plain.outs.size(); ++i) {
+      EXPECT_EQ(spec.outs[i].token_ids, plain.outs[i].token_ids) << json << ", prompt " << i;
+      EXPECT_EQ(cases[i].checked(spec.outs[i].token_ids), cases[i].checked(cases[i].greedy)) << json << ", prompt " << i;
+    }
     EXPECT_GT(spec.metrics.spec_decode_num_draft_tokens, 0u) << json;
   }
 }

@@ -296,8 +296,8 @@ struct Outcome {
 };
 
 Outcome generate(const fs::path& dir, EngineConfig config, const std::vector<std::vector<TokenId>>& prompts,
-                 int max_tokens, bool batched, int waves = 1) {
-  auto llm = make_test_llm(dir, config);
+                 int max_tokens, bool batched, int waves = 1, const std::string& device = "cpu") {
+  auto llm = make_test_llm(dir, config, device);
   if (!llm) {
     ADD_FAILURE() << "engine did not load";
     return {};
@@ -408,6 +408,29 @@ TEST_P(MtpFixtures, KeptDraftsPrefixHitsAndPreemption) {
   expect_same(preempted, plain_short, "identity head, small budget", 1e-4);
   EXPECT_GT(preempted.metrics.preemptions, 0u);
   fs::remove_all(dir);
+}
+
+// The CUDA runner: the target's decode rows replay graphs that keep the final hidden states the
+// head reads; the tokens are the plain CUDA run's.
+TEST_P(MtpFixtures, CudaGreedyTokensEqualThePlainRun) {
+  SKIP_UNLESS_BACKEND("cuda");
+  const std::vector<GoldenCase> cases = read_golden_cases(kFixtures / GetParam());
+  std::vector<std::vector<TokenId>> prompts;
+  for (const GoldenCase& c : cases) prompts.push_back(c.prompt);
+  for (const Head head : {Head::kRandom, Head::kIdentity}) {
+    const fs::path dir = fixture_with_mtp(GetParam(), head);
+    EngineConfig config;
+    config.async_scheduling = 1;
+    config.max_num_batched_tokens = 16;
+    const Outcome plain = generate(dir, config, prompts, 16, true, 1, "cuda");
+    config.speculative = mtp_config(3);
+    const Outcome spec = generate(dir, config, prompts, 16, true, 1, "cuda");
+    ASSERT_EQ(spec.outs.size(), plain.outs.size());
+    for (size_t i = 0; i < plain.outs.size(); ++i)
+      EXPECT_EQ(spec.outs[i].token_ids, plain.outs[i].token_ids) << "prompt " << i;
+    expect_counted(spec.metrics, head == Head::kRandom ? "random head" : "identity head");
+    fs::remove_all(dir);
+  }
 }
 
 TEST(Mtp, RefusedWithoutAHead) {
