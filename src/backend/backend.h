@@ -63,7 +63,8 @@ class OpGraph {
 };
 
 // Which form of the gated delta rule runs (both give the same result up to f32 rounding).
-// kAuto: recurrent for one-token sequences (decode), chunked (C = 64) for longer ones (prefill).
+// kAuto: recurrent for sequences shorter than kGdnMinChunkedTokens (decode, speculative rows of
+// 1 + k tokens), chunked (C = 64) for longer ones (prefill), on every backend.
 enum class GdnAlgo { kAuto, kRecurrent, kChunked };
 // The chunk of the chunked form, in tokens, on every backend (chunks start at a sequence's first row).
 inline constexpr int kGdnChunkTokens = 64;
@@ -78,9 +79,10 @@ struct GdnParams {
   TensorView state_slots;   // [num_seqs], i32
   int32_t max_seqlen_q = 0;  // host-side planning hint (0 = unknown)
   GdnAlgo algo = GdnAlgo::kAuto;
-  // Prefix-cache checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
-  // sequence's state after token row t, or -1. gdn_delta_rule honours them only where a chunk of its
-  // chunked form ends (every 64 tokens of a sequence, and its last token).
+  // State checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
+  // sequence's state after token row t, or -1 (prefix-cache checkpoints; the states after the drafts
+  // of a speculative row). gdn_delta_rule honours them after any token of a sequence it runs in the
+  // recurrent form, and only where a chunk ends in the chunked form (every 64 tokens, and the last).
   TensorView checkpoint_slots;
 };
 

@@ -164,7 +164,7 @@ struct ModelRunner::StepSlot {
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots,
-                         std::optional<DType> kv_dtype, int num_state_checkpoints)
+                         std::optional<DType> kv_dtype, int num_state_checkpoints, int num_state_drafts)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
@@ -186,7 +186,8 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
     caches_.attention_layers.push_back(view);
   }
   if (spec.is_hybrid()) {
-    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots, num_state_checkpoints);
+    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots, num_state_checkpoints,
+                                                      num_state_drafts);
     caches_.gdn_layers = state_slots_->cache().views();
   }
   for (auto& slot : slots_) slot = std::make_unique<StepSlot>();
@@ -554,9 +555,7 @@ ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const
     layout.padding_row_samples = uniform->samples;
   }
   CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a graph step with prompt_logprobs rows");
-  const bool writes_checkpoints = std::any_of(plan.rows.begin(), plan.rows.end(), [](const ScheduledRequest& row) {
-    return !row.state_checkpoints.empty();
-  });
+  const bool writes_checkpoints = state_slots_ && StateSlotBinder::writes_checkpoints(plan);
   CHECK_MSG(bucket == 0 || !writes_checkpoints, "[runner] a graph step writes GDN checkpoints");
   if (writes_checkpoints) layout.add_gdn_checkpoints();
   if (num_bias_entries + num_masks > 0)

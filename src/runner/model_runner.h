@@ -38,11 +38,12 @@ class ModelRunner {
   // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per tensor slot of the model's
   // KV cache groups (cache/kv_cache_groups.h: one per attention layer when all layers are of one
   // kind), and for a hybrid model the GDN state of num_state_slots running requests and of
-  // num_state_checkpoints prefix-cache checkpoints (state_slot_binder.h).
+  // num_state_checkpoints prefix-cache checkpoints, and num_state_drafts draft states per request
+  // for speculative rows (state_slot_binder.h).
   // kv_dtype: the caches' dtype (--kv-cache-dtype: f8_e4m3 for the FP8 KV cache); none = the model's
   // activation dtype (MemorySpec::kv_dtype).
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1,
-              std::optional<DType> kv_dtype = std::nullopt, int num_state_checkpoints = 0);
+              std::optional<DType> kv_dtype = std::nullopt, int num_state_checkpoints = 0, int num_state_drafts = 0);
   ~ModelRunner();
 
   // One step: launch_forward() packs the inputs, makes the host-to-device copy of all of them but
