@@ -42,6 +42,10 @@ struct AttentionParams {
   float softcap = 0.0f;         // 0 = off; else s = softcap * tanh(s / softcap) after scaling
   int32_t max_seqlen_q = 0;     // host-side planning hints (0 = unknown)
   int32_t max_seqlen_k = 0;
+  // Planning hint: the step's multi-token rows are speculative verification rows (1 + k tokens), whose
+  // keys a GPU backend may split across blocks rather than tile their few queries (prompt chunks keep
+  // a kernel whose rows do not depend on chunking).
+  bool short_rows_split_keys = false;
   KvScales kv_scales{};         // used when the caches are f8_e4m3
   // Attention sinks (gpt-oss): [num_heads] f32 on the op's device, or empty (data == nullptr) = none.
   // Head h's sink is one more logit in its softmax denominator, with no value:
@@ -59,7 +63,8 @@ class OpGraph {
 };
 
 // Which form of the gated delta rule runs (both give the same result up to f32 rounding).
-// kAuto: recurrent for one-token sequences (decode), chunked (C = 64) for longer ones (prefill).
+// kAuto: recurrent for sequences shorter than kGdnMinChunkedTokens (decode, speculative rows of
+// 1 + k tokens), chunked (C = 64) for longer ones (prefill), on every backend.
 enum class GdnAlgo { kAuto, kRecurrent, kChunked };
 // The chunk of the chunked form, in tokens, on every backend (chunks start at a sequence's first row).
 inline constexpr int kGdnChunkTokens = 64;
@@ -74,9 +79,10 @@ struct GdnParams {
   TensorView state_slots;   // [num_seqs], i32
   int32_t max_seqlen_q = 0;  // host-side planning hint (0 = unknown)
   GdnAlgo algo = GdnAlgo::kAuto;
-  // Prefix-cache checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
-  // sequence's state after token row t, or -1. gdn_delta_rule honours them only where a chunk of its
-  // chunked form ends (every 64 tokens of a sequence, and its last token).
+  // State checkpoints (optional; empty = none): [T] i32, the state slot that also receives the
+  // sequence's state after token row t, or -1 (prefix-cache checkpoints; the states after the drafts
+  // of a speculative row). gdn_delta_rule honours them after any token of a sequence it runs in the
+  // recurrent form, and only where a chunk ends in the chunked form (every 64 tokens, and the last).
   TensorView checkpoint_slots;
 };
 

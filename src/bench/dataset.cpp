@@ -79,6 +79,37 @@ Expected<Dataset> make_random_dataset(const RandomDatasetOptions& options,
   return dataset;
 }
 
+Expected<Dataset> make_mixed_dataset(const MixedDatasetOptions& options, const BenchTokenizer* tokenizer) {
+  const int num_classes = static_cast<int>(options.input_lens.size());
+  if (num_classes == 0) return invalid_argument("[bench] --mixed-input-lens needs at least one length");
+  if (options.random.num_prompts < num_classes)
+    return invalid_argument("[bench] --dataset mixed needs --num-prompts ≥ {} (one per class), got {}", num_classes,
+                            options.random.num_prompts);
+  // Class c gets every num_classes-th request of the order, then the order is shuffled.
+  std::vector<int> classes(static_cast<size_t>(options.random.num_prompts));
+  for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<int>(i % static_cast<size_t>(num_classes));
+  std::mt19937_64 rng(options.random.seed);
+  std::shuffle(classes.begin(), classes.end(), rng);
+  std::vector<Dataset> per_class;
+  for (int c = 0; c < num_classes; ++c) {
+    RandomDatasetOptions random = options.random;
+    random.input_len = options.input_lens[static_cast<size_t>(c)];
+    random.num_prompts = static_cast<int>(std::count(classes.begin(), classes.end(), c));
+    random.seed = options.random.seed + 1 + static_cast<uint64_t>(c);
+    PAGELLM_ASSIGN_OR_RETURN(Dataset d, make_random_dataset(random, tokenizer));
+    per_class.push_back(std::move(d));
+  }
+  Dataset dataset;
+  std::vector<size_t> taken(static_cast<size_t>(num_classes), 0);
+  for (int c : classes) {
+    BenchRequest request = std::move(per_class[static_cast<size_t>(c)].requests[taken[static_cast<size_t>(c)]++]);
+    request.input_class = options.input_lens[static_cast<size_t>(c)];
+    dataset.requests.push_back(std::move(request));
+  }
+  dataset.notes = std::move(per_class.front().notes);
+  return dataset;
+}
+
 bool is_valid_sharegpt_pair(int prompt_len, int output_len, bool skip_output_len_check) {
   if (prompt_len < kShareGptMinTokens) return false;
   if (!skip_output_len_check && output_len < kShareGptMinTokens) return false;

@@ -1,6 +1,9 @@
 // The prompts a benchmark sends, as vLLM's `bench serve` makes them:
 //  - random:   prompts of uniformly random token ids; input and output lengths drawn uniformly from
 //              [len·(1−r), len·(1+r)] (r = range ratio), all from one seed.
+//  - mixed:    random prompts whose lengths take each of a few classes (default 8000, 3000, 512,
+//              128 and 64 tokens) equally often, in a seeded shuffled order: long prompts arriving
+//              among short ones, the load where a scheduler must keep short prompts' TTFT low.
 //  - sharegpt: a JSON list of {"conversations":[{"from":"human","value":...},{"from":"gpt",...}]};
 //              first turn = prompt, second turn's token length = output length; shuffled by the
 //              seed; pairs dropped when prompt or output < 4 tokens, prompt > 1024 or total > 2048.
@@ -31,6 +34,7 @@ struct BenchRequest {
   std::vector<ChatMessage> history;       // chat: messages sent before the user's prompt_text
   int conversation = -1;                  // multi-turn: which conversation, -1 otherwise
   int turn = 0;                           // multi-turn: 1-based turn index, 0 otherwise
+  int input_class = 0;                    // mixed: the prompt length of its class, 0 otherwise
 };
 
 struct Dataset {
@@ -53,6 +57,13 @@ inline constexpr int kDefaultRandomVocabSize = 1000;
 
 Expected<Dataset> make_random_dataset(const RandomDatasetOptions& options,
                                       const BenchTokenizer* tokenizer);
+
+struct MixedDatasetOptions {
+  RandomDatasetOptions random;   // num_prompts, output_len, seed, vocab_size, as_text (input_len unused)
+  std::vector<int> input_lens = {8000, 3000, 512, 128, 64};
+};
+
+Expected<Dataset> make_mixed_dataset(const MixedDatasetOptions& options, const BenchTokenizer* tokenizer);
 
 struct ShareGptOptions {
   std::string path;

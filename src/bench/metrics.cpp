@@ -122,6 +122,24 @@ std::vector<TurnTtft> ttft_by_turn(const std::vector<RequestRecord>& records) {
   return turns;
 }
 
+std::vector<ClassLatency> latency_by_input_class(const std::vector<RequestRecord>& records) {
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>, std::greater<>> by_class;  // TTFTs, TPOTs (s)
+  for (const RequestRecord& r : records) {
+    if (r.input_class == 0 || !r.success) continue;
+    auto& [ttfts, tpots] = by_class[r.input_class];
+    ttfts.push_back(r.ttft_s);
+    if (r.output_tokens > 1) tpots.push_back((r.e2el_s - r.ttft_s) / static_cast<double>(r.output_tokens - 1));
+  }
+  std::vector<ClassLatency> classes;
+  for (const auto& [input_len, values] : by_class) {
+    const auto& [ttfts, tpots] = values;
+    classes.push_back({input_len, static_cast<int>(ttfts.size()), percentile(ttfts, 50.0) * 1000.0,
+                       percentile(ttfts, 99.0) * 1000.0, percentile(tpots, 50.0) * 1000.0,
+                       percentile(tpots, 99.0) * 1000.0});
+  }
+  return classes;
+}
+
 }  // namespace
 
 BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double duration_s,
@@ -170,6 +188,7 @@ BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double d
   m.itl = summarize(itls, percentiles);
   m.e2el = summarize(e2els, percentiles);
   m.ttft_by_turn = ttft_by_turn(records);
+  m.latency_by_input_class = latency_by_input_class(records);
   return m;
 }
 

@@ -27,6 +27,7 @@ struct RequestRecord {
   int prompt_len = 0;
   int conversation = -1;  // multi-turn: which conversation, -1 otherwise
   int turn = 0;           // multi-turn: 1-based turn of its conversation, 0 otherwise
+  int input_class = 0;    // mixed: its prompt-length class, 0 otherwise
   int64_t output_tokens = 0;
   bool output_tokens_from_usage = false;  // false: counted chunks instead
   double start_s = 0.0;                   // since the benchmark began
@@ -63,6 +64,14 @@ struct TurnTtft {
   double p50_ms = 0.0, p99_ms = 0.0;
 };
 
+// Latency of the completed requests of one prompt-length class (mixed): do long prompts starve
+// short ones?
+struct ClassLatency {
+  int input_len = 0;
+  int completed = 0;
+  double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0, tpot_p50_ms = 0.0, tpot_p99_ms = 0.0;
+};
+
 struct BenchMetrics {
   int completed = 0;
   int failed = 0;
@@ -79,6 +88,7 @@ struct BenchMetrics {
   int num_output_tokens_estimated = 0;   // completed requests whose server sent no usage
   LatencyStats ttft, tpot, itl, e2el;
   std::vector<TurnTtft> ttft_by_turn;    // multi-turn only, by turn index
+  std::vector<ClassLatency> latency_by_input_class;  // mixed only, longest prompts first
 };
 
 BenchMetrics compute_metrics(const std::vector<RequestRecord>& records, double duration_s,

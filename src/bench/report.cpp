@@ -49,6 +49,19 @@ std::string turn_ttft_section(const std::vector<TurnTtft>& turns) {
   return out;
 }
 
+// "prompts of 8000 tokens (40): TTFT p50 / p99 (ms)  ... ; TPOT p50 / p99 (ms) ...", one per class (mixed).
+std::string class_latency_section(const std::vector<ClassLatency>& classes) {
+  if (classes.empty()) return "";
+  std::string out = banner("Latency by Prompt Length", '-');
+  for (const ClassLatency& c : classes) {
+    out += row(fmt::format("{} tokens ({}) TTFT p50 / p99 (ms):", c.input_len, c.completed),
+               fmt::format("{:.2f} / {:.2f}", c.ttft_p50_ms, c.ttft_p99_ms));
+    out += row(fmt::format("{} tokens TPOT p50 / p99 (ms):", c.input_len),
+               fmt::format("{:.2f} / {:.2f}", c.tpot_p50_ms, c.tpot_p99_ms));
+  }
+  return out;
+}
+
 std::string local_date() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -90,6 +103,7 @@ std::string format_result_table(const BenchMetrics& m, const RunDescription& run
   out += latency_section("Inter-token Latency", "ITL", m.itl);
   out += latency_section("End-to-end Latency", "E2EL", m.e2el);
   out += turn_ttft_section(m.ttft_by_turn);
+  out += class_latency_section(m.latency_by_input_class);
   out += std::string(kTableWidth, '=') + "\n";
   if (m.failed > 0) out += "First error: " + m.first_error + "\n";
   for (const std::string& note : result_notes(m, run)) out += "Note: " + note + "\n";
@@ -132,6 +146,13 @@ nlohmann::json make_result_json(const BenchMetrics& m, const RunDescription& run
     for (const TurnTtft& t : m.ttft_by_turn) {
       turns.push_back({{"turn", t.turn}, {"completed", t.completed}, {"p50_ttft_ms", t.p50_ms},
                        {"p99_ttft_ms", t.p99_ms}});
+    }
+  }
+  if (!m.latency_by_input_class.empty()) {
+    auto& classes = j["latency_by_input_len"] = nlohmann::json::array();
+    for (const ClassLatency& c : m.latency_by_input_class) {
+      classes.push_back({{"input_len", c.input_len}, {"completed", c.completed}, {"p50_ttft_ms", c.ttft_p50_ms},
+                         {"p99_ttft_ms", c.ttft_p99_ms}, {"p50_tpot_ms", c.tpot_p50_ms}, {"p99_tpot_ms", c.tpot_p99_ms}});
     }
   }
   j["notes"] = result_notes(m, run);

@@ -187,6 +187,7 @@ class RequestTable {
     record.prompt_len = request.prompt_len;
     record.conversation = request.conversation;
     record.turn = request.turn;
+    record.input_class = request.input_class;
     bodies_.push_back(std::move(body));
     measurers_.push_back(std::make_unique<RequestMeasurer>(size() - 1, &record, counters_, keep_text_));
   }

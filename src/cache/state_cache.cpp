@@ -4,16 +4,17 @@
 
 namespace pagellm {
 
-int64_t state_cache_bytes(const MemorySpec& spec, int num_slots, int num_checkpoints) {
-  return (static_cast<int64_t>(num_slots) + 1 + num_checkpoints) * spec.state_bytes_per_slot();
+int64_t state_cache_bytes(const MemorySpec& spec, int num_slots, int num_checkpoints, int num_drafts) {
+  return (static_cast<int64_t>(num_slots) * (1 + num_drafts) + 1 + num_checkpoints) * spec.state_bytes_per_slot();
 }
 
-StateCache::StateCache(const MemorySpec& spec, Backend& backend, int num_slots, int num_checkpoints)
-    : spec_(spec), backend_(backend), num_slots_(num_slots), num_checkpoints_(num_checkpoints) {
-  CHECK_MSG(spec.is_hybrid() && num_slots >= 1 && num_checkpoints >= 0 && spec.gdn_conv_kernel >= 2,
-            "state cache of {} slots and {} checkpoints, {} GDN layers", num_slots, num_checkpoints,
-            spec.num_gdn_layers);
-  const int64_t rows = num_slots + 1 + num_checkpoints, history = spec.gdn_conv_kernel - 1;
+StateCache::StateCache(const MemorySpec& spec, Backend& backend, int num_slots, int num_checkpoints, int num_drafts)
+    : spec_(spec), backend_(backend), num_slots_(num_slots), num_checkpoints_(num_checkpoints), num_drafts_(num_drafts) {
+  CHECK_MSG(spec.is_hybrid() && num_slots >= 1 && num_checkpoints >= 0 && num_drafts >= 0 && spec.gdn_conv_kernel >= 2,
+            "state cache of {} slots, {} checkpoints and {} draft slots per slot, {} GDN layers", num_slots,
+            num_checkpoints, num_drafts, spec.num_gdn_layers);
+  const int64_t rows = static_cast<int64_t>(num_slots) * (1 + num_drafts) + 1 + num_checkpoints,
+                history = spec.gdn_conv_kernel - 1;
   for (int64_t l = 0; l < spec.num_gdn_layers; ++l) {
     Tensor conv = backend.alloc({rows, spec.gdn_conv_dim, history}, spec.state_dtype);
     Tensor recurrent = backend.alloc(
@@ -40,12 +41,15 @@ int32_t StateCache::acquire(RequestId id, int32_t restore_checkpoint) {
     return slot;
   }
   CHECK_MSG(restore_checkpoint < num_checkpoints_, "checkpoint {} of {}", restore_checkpoint, num_checkpoints_);
-  const int32_t from = checkpoint_slot(restore_checkpoint);
-  for (const GdnStateView& layer : views_) {
-    backend_.copy(layer.conv.slice_rows(slot, slot + 1), layer.conv.slice_rows(from, from + 1));
-    backend_.copy(layer.recurrent.slice_rows(slot, slot + 1), layer.recurrent.slice_rows(from, from + 1));
-  }
+  copy_slot(slot, checkpoint_slot(restore_checkpoint));
   return slot;
+}
+
+void StateCache::copy_slot(int32_t to, int32_t from) {
+  for (const GdnStateView& layer : views_) {
+    backend_.copy(layer.conv.slice_rows(to, to + 1), layer.conv.slice_rows(from, from + 1));
+    backend_.copy(layer.recurrent.slice_rows(to, to + 1), layer.recurrent.slice_rows(from, from + 1));
+  }
 }
 
 int32_t StateCache::slot_of(RequestId id) const {

@@ -48,6 +48,7 @@ struct ServeArgs {
   int sharegpt_output_len = 0;
   int multi_turn_turns = 4;
   int multi_turn_system_len = 256;
+  std::vector<int> mixed_input_lens = {8000, 3000, 512, 128, 64};
   std::string request_rate = "inf";
   double burstiness = 1.0;
   int max_concurrency = 0;
@@ -90,6 +91,17 @@ Expected<Dataset> make_dataset(const ServeArgs& args, Endpoint endpoint, const B
     options.as_text = endpoint == Endpoint::kChatCompletions;
     return make_random_dataset(options, tokenizer);
   }
+  if (args.dataset == "mixed") {
+    MixedDatasetOptions options;
+    options.random.num_prompts = num_prompts;
+    options.random.output_len = args.random_output_len;
+    options.random.range_ratio = args.random_range_ratio;
+    options.random.seed = args.seed;
+    options.random.vocab_size = args.random_vocab_size;
+    options.random.as_text = endpoint == Endpoint::kChatCompletions;
+    options.input_lens = args.mixed_input_lens;
+    return make_mixed_dataset(options, tokenizer);
+  }
   if (args.dataset == "sharegpt") {
     ShareGptOptions options;
     options.path = args.dataset_path;
@@ -98,7 +110,7 @@ Expected<Dataset> make_dataset(const ServeArgs& args, Endpoint endpoint, const B
     if (args.sharegpt_output_len > 0) options.fixed_output_len = args.sharegpt_output_len;
     return load_sharegpt_dataset(options, tokenizer);
   }
-  return invalid_argument("[bench] --dataset must be random, sharegpt or multi-turn, got '{}'", args.dataset);
+  return invalid_argument("[bench] --dataset must be random, mixed, sharegpt or multi-turn, got '{}'", args.dataset);
 }
 
 ServeConfig make_serve_config(const ServeArgs& args, Endpoint endpoint) {
@@ -246,7 +258,8 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--tokenizer", args->tokenizer_dir, "model directory with tokenizer.json (exact token lengths)");
   cmd->add_option("--api-key", args->api_key, "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
   cmd->add_option("--dataset", args->dataset,
-                  "random, sharegpt or multi-turn (conversations resending their history: prefix caching)")
+                  "random, mixed (prompt lengths of --mixed-input-lens alike often), sharegpt or multi-turn "
+                  "(conversations resending their history: prefix caching)")
       ->capture_default_str();
   cmd->add_option("--dataset-path", args->dataset_path, "ShareGPT JSON file");
   auto* num_prompts =
@@ -262,6 +275,9 @@ void add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--multi-turn-system-len", args->multi_turn_system_len,
                   "tokens of the system prompt every conversation shares")
+      ->capture_default_str();
+  cmd->add_option("--mixed-input-lens", args->mixed_input_lens, "prompt-length classes of --dataset mixed")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--sharegpt-output-len", args->sharegpt_output_len, "fixed max_tokens instead of the 2nd turn's length");
   cmd->add_option("--request-rate", args->request_rate, "requests/s (Poisson/gamma arrivals) or inf")->capture_default_str();

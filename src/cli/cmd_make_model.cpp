@@ -26,6 +26,7 @@ void add_make_model_command(CLI::App& app) {
                   "(4-bit symmetric), with the matching quantization_config");
   cmd->add_option("--group-size", options->group_size, "awq / gptq group size (default 128, or 64 / 32 when 128 "
                                                        "does not divide the preset's widths)");
+  cmd->add_flag("--mtp", options->mtp, "hybrid presets: write the multi-token-prediction head (mtp.*) too");
   cmd->callback([options, dtype_name_arg, no_tokenizer] {
     if (!parse_dtype(*dtype_name_arg, &options->dtype))
       throw CommandError(fmt::format("[make-model] unknown dtype '{}': bf16, f16 or f32", *dtype_name_arg));

@@ -33,12 +33,6 @@ KvCacheConfig draft_cache_config(const Model& model, int num_blocks, int block_s
   return KvCacheConfig{num_blocks, block_size, /*enable_prefix_caching=*/false,
                        kv_cache_groups_of(model.memory_spec()).windows};
 }
-
-std::shared_ptr<const SamplingParams> greedy_params() {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  return std::make_shared<const SamplingParams>(params);
-}
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size,
@@ -48,7 +42,7 @@ DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> draft, Backend& ba
       kv_cache_(draft_cache_config(*model_, num_blocks, block_size)),
       block_size_(block_size),
       num_drafts_(num_drafts),
-      greedy_(greedy_params()) {}
+      greedy_(greedy_sampling_params()) {}
 
 DraftModelProposer::~DraftModelProposer() = default;
 
@@ -66,34 +60,9 @@ std::optional<ScheduledRequest> DraftModelProposer::catch_up_row(const Request& 
     forget(request.id());
     return std::nullopt;
   }
-  ScheduledRequest row;
-  row.request_id = request.id();
-  row.token_ids.assign(tokens.begin() + num_kept, tokens.end());
-  row.start_pos = num_kept;
-  row.is_sampling = true;
-  row.is_new = num_kept == 0;
-  row.num_prompt_tokens = num_tokens;
-  row.sampling = greedy_;
-  for (int g = 0; g < kv_cache_.num_groups(); ++g) {
-    const auto table = kv_cache_.block_table(request.id(), g);
-    row.block_tables.emplace_back(table.begin(), table.end());
-  }
+  ScheduledRequest row =
+      greedy_draft_row(kv_cache_, request.id(), {tokens.begin() + num_kept, tokens.end()}, num_kept, greedy_);
   cached.assign(tokens.begin(), tokens.end());
-  return row;
-}
-
-ScheduledRequest DraftModelProposer::decode_row(RequestId id, TokenId token, int position) const {
-  ScheduledRequest row;
-  row.request_id = id;
-  row.token_ids = {token};
-  row.start_pos = position;
-  row.is_sampling = true;
-  row.num_prompt_tokens = position + 1;
-  row.sampling = greedy_;
-  for (int g = 0; g < kv_cache_.num_groups(); ++g) {
-    const auto table = kv_cache_.block_table(id, g);
-    row.block_tables.emplace_back(table.begin(), table.end());
-  }
   return row;
 }
 
@@ -114,7 +83,7 @@ DraftProposals DraftModelProposer::propose(const std::vector<const Request*>& re
       drafts[row.request_id].push_back(token);
       if (i + 1 == num_drafts_) continue;  // the last draft needs no KV
       cached_tokens_[row.request_id].push_back(token);
-      next.rows.push_back(decode_row(row.request_id, token, row.context_len()));
+      next.rows.push_back(greedy_draft_row(kv_cache_, row.request_id, {token}, row.context_len(), greedy_));
     }
     plan = std::move(next);
   }

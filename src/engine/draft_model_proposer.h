@@ -48,7 +48,6 @@ class DraftModelProposer final : public DraftProposer {
   // Rolls request's draft cache back to the longest prefix of its tokens it holds and makes room
   // for the rest and the drafts; the plan row computing the rest, or none when it does not fit.
   std::optional<ScheduledRequest> catch_up_row(const Request& request);
-  ScheduledRequest decode_row(RequestId id, TokenId token, int position) const;
 
   std::unique_ptr<Model> model_;
   ModelRunner runner_;

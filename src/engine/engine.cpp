@@ -9,6 +9,7 @@
 #include "cache/kv_cache_groups.h"
 #include "engine/activation_profile.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/mtp_proposer.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/state_memory.h"
@@ -137,11 +138,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
   MemorySpec spec = model->memory_spec();
-  // A rejected draft would have to be undone in the Gated DeltaNet state, which is not rolled back yet.
-  if (config.speculative.enabled() && spec.is_hybrid())
-    return invalid_argument("[engine] --speculative-config: {} is a hybrid (Gated DeltaNet) model, whose recurrent "
-                            "state cannot be rolled back past rejected drafts yet; speculative decoding needs an "
-                            "attention-only model", model->config().architecture);
+  // A hybrid model's speculative row must run the recurrent form, which keeps the state after each draft.
+  if (spec.is_hybrid() && config.speculative.num_speculative_tokens + 1 >= kGdnMinChunkedTokens)
+    return invalid_argument("[engine] --speculative-config: num_speculative_tokens {} is too many for the hybrid "
+                            "(Gated DeltaNet) model {}: at most {}", config.speculative.num_speculative_tokens,
+                            model->config().architecture, kGdnMinChunkedTokens - 2);
   // The KV cache's dtype: the budget counts its bytes (an FP8 cache gets twice the blocks of bf16).
   PAGELLM_ASSIGN_OR_RETURN(spec.kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, spec.kv_dtype));
   // Sliding-window layers get KV cache groups of their own: a block id holds layers_per_group layers.
@@ -153,6 +154,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (config.speculative.method == SpeculativeMethod::kDraftModel) {
     PAGELLM_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative, *backend, *model, tokenizer.get()));
     bytes_per_block += block_bytes_of(draft->memory_spec(), config.block_size);
+  }
+  // An MTP head likewise keeps its one attention layer's cache of as many blocks.
+  std::unique_ptr<MtpModel> mtp_head;
+  if (config.speculative.method == SpeculativeMethod::kMtp) {
+    PAGELLM_ASSIGN_OR_RETURN(mtp_head, load_mtp_model(*model, config.model_dir, *backend));
+    bytes_per_block += block_bytes_of(mtp_head->memory_spec(), config.block_size);
+    LOG_INFO("[engine] speculative decoding: the checkpoint's MTP head, {} drafts per step",
+             config.speculative.num_speculative_tokens);
   }
   int64_t budget = config.kv_cache_memory_bytes;
   if (budget <= 0 && backend->device() == Device::kCpu) {
@@ -193,6 +202,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (draft)
     engine->drafter_ = std::make_unique<DraftModelProposer>(std::move(draft), *engine->backend_, static_cast<int>(num_blocks),
                                                             config.block_size, config.speculative.num_speculative_tokens);
+  if (mtp_head)
+    engine->drafter_ = std::make_unique<MtpProposer>(std::move(mtp_head), *engine->backend_, static_cast<int>(num_blocks),
+                                                     config.block_size, config.speculative.num_speculative_tokens);
   const auto capture_started = Clock::now();
   const int num_graphs =
       engine->runner_->capture_decode_graphs(config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
@@ -223,7 +235,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   CHECK_MSG(sched.validate().is_ok(), "{}", sched.validate().message());
   scheduler_ = std::make_unique<Scheduler>(sched);
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config.block_size, config.max_num_seqs,
-                                          kv_cache_dtype, config.num_state_checkpoints);
+                                          kv_cache_dtype, config.num_state_checkpoints,
+                                          state_drafts_per_request(config));
   if (config.seed) runner_->set_seed_stream(*config.seed);
   async_scheduling_ =
       config.async_scheduling < 0 ? backend_->device() != Device::kCpu : config.async_scheduling != 0;
@@ -510,6 +523,8 @@ void Engine::finish_oldest_step() {
   StepResult result = runner_->finish(oldest.plan);
   keep_prompt_logprobs(result);
   std::vector<RequestUpdate> updates = scheduler_->commit(oldest.plan, result);
+  // Speculative steps run synchronously: the target's last forward is this step's (an MTP head reads it).
+  if (drafter_) drafter_->after_step(oldest.plan, [&](RequestId id) { return scheduler_->find(id); });
   // A step's time: from its launch, or from the previous step's end when it queued behind it.
   const auto now = Clock::now();
   const double step_s = seconds_between(std::max(oldest.launched, last_finish_), now);

@@ -84,6 +84,7 @@ class Engine {
   Expected<structured::GrammarCompiler*> grammar_compiler();
   const ModelConfig& model_config() const { return model_->config(); }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const ModelRunner& runner() const { return *runner_; }
   std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
   EngineMetrics metrics() const;
   std::vector<float> step_times_s() const;  // each step's wall time, in order (for benchmarks)

@@ -121,7 +121,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
             config.speculative = *parsed;
           },
           "speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
-          "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} or {\"model\": DRAFT_DIR, \"num_speculative_tokens\": 3}")
+          "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}, {\"model\": DRAFT_DIR, \"num_speculative_tokens\": 3} "
+          "or {\"method\": \"mtp\", \"num_speculative_tokens\": 2} (the checkpoint's MTP head)")
       ->type_name("JSON");
 }
 

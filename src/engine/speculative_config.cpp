@@ -34,15 +34,14 @@ Expected<SpeculativeMethod> method_of(const Json& root) {
   const bool has_model = root.contains("model") && !root["model"].is_null();
   if (method == root.end() || method->is_null()) {
     if (has_model) return SpeculativeMethod::kDraftModel;
-    return invalid_argument("[speculative-config] needs a \"method\" (ngram, draft_model) or a draft \"model\"");
+    return invalid_argument("[speculative-config] needs a \"method\" (ngram, draft_model, mtp) or a draft \"model\"");
   }
   if (!method->is_string()) return invalid_argument("[speculative-config] method must be a string, got {}", method->dump());
   const std::string name = method->get<std::string>();
   if (name == "ngram") return SpeculativeMethod::kNgram;
   if (name == "draft_model") return SpeculativeMethod::kDraftModel;
-  if (name == "mtp")
-    return invalid_argument("[speculative-config] method 'mtp' is not supported yet (supported: ngram, draft_model)");
-  return invalid_argument("[speculative-config] unknown method '{}' (supported: ngram, draft_model)", name);
+  if (name == "mtp") return SpeculativeMethod::kMtp;
+  return invalid_argument("[speculative-config] unknown method '{}' (supported: ngram, draft_model, mtp)", name);
 }
 }  // namespace
 
@@ -51,6 +50,7 @@ std::string_view speculative_method_name(SpeculativeMethod method) {
     case SpeculativeMethod::kNone: return "none";
     case SpeculativeMethod::kNgram: return "ngram";
     case SpeculativeMethod::kDraftModel: return "draft_model";
+    case SpeculativeMethod::kMtp: return "mtp";
   }
   return "unknown";
 }
@@ -85,6 +85,8 @@ Expected<SpeculativeConfig> parse_speculative_config(std::string_view json_text)
       return invalid_argument("[speculative-config] prompt_lookup_max ({}) must be >= prompt_lookup_min ({})",
                               config.prompt_lookup_max, config.prompt_lookup_min);
   }
+  if (config.method == SpeculativeMethod::kMtp && root.contains("model"))
+    return invalid_argument("[speculative-config] method mtp takes no model: the head is the target checkpoint's mtp.*");
   if (config.method == SpeculativeMethod::kDraftModel) {
     const auto model = root.find("model");
     if (model == root.end() || !model->is_string() || model->get<std::string>().empty())

@@ -2,6 +2,7 @@
 //
 //   {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 //   {"model": "/path/to/draft", "num_speculative_tokens": 3}        (method "draft_model" implied)
+//   {"method": "mtp", "num_speculative_tokens": 2}   the target checkpoint's MTP head (Qwen3.5, Qwen3-Next)
 //
 // As vLLM: a missing prompt_lookup_min / _max takes the other's value, both missing are 5; a model
 // without a method is a draft model. Anything else (unknown keys, unknown methods, k out of range)
@@ -15,7 +16,7 @@
 
 namespace pagellm {
 
-enum class SpeculativeMethod { kNone, kNgram, kDraftModel };
+enum class SpeculativeMethod { kNone, kNgram, kDraftModel, kMtp };
 
 struct SpeculativeConfig {
   static constexpr int kMaxSpeculativeTokens = 15;

@@ -36,14 +36,20 @@ Expected<int64_t> reserve_checkpoints(const MemorySpec& spec, EngineConfig& conf
 
 }  // namespace
 
+int state_drafts_per_request(const EngineConfig& config) {
+  return config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0;
+}
+
 Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& config, int64_t budget) {
   if (!spec.is_hybrid()) return budget;
   const int64_t per_slot = spec.state_bytes_per_slot();
-  const int64_t max_slots = budget / 2 / per_slot - 1;  // one slot is the scratch slot
+  // Speculative decoding keeps a request's state after each draft of its row too (state_slot_binder.h).
+  const int num_drafts = state_drafts_per_request(config);
+  const int64_t max_slots = (budget / 2 / per_slot - 1) / (1 + num_drafts);  // one slot is the scratch slot
   if (max_slots < 1)
     return invalid_argument("[engine] the memory budget of {} bytes cannot hold the recurrent state of one request "
-                            "({} bytes per slot, at most half the budget); raise --kv-cache-memory",
-                            budget, per_slot);
+                            "({} bytes per slot, {} slots per request, at most half the budget); raise "
+                            "--kv-cache-memory", budget, per_slot, 1 + num_drafts);
   if (config.max_num_seqs > max_slots) {
     LOG_WARN("max_num_seqs {} -> {}: a request's recurrent state takes {:.2f} MiB and at most half of the "
              "{:.2f} GiB budget goes to state",
@@ -51,10 +57,10 @@ Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& con
              static_cast<double>(budget) / (int64_t{1} << 30));
     config.max_num_seqs = static_cast<int>(max_slots);
   }
-  const int64_t state_bytes = state_cache_bytes(spec, config.max_num_seqs);
-  LOG_INFO("GDN state: {} slots (+1 scratch) of {:.3f} MiB ({} GDN layers: conv {} B + f32 recurrent {} B each) "
-           "= {:.3f} GiB",
-           config.max_num_seqs, static_cast<double>(per_slot) / (1 << 20), spec.num_gdn_layers,
+  const int64_t state_bytes = state_cache_bytes(spec, config.max_num_seqs, 0, num_drafts);
+  LOG_INFO("GDN state: {} slots (x{} with draft states, +1 scratch) of {:.3f} MiB ({} GDN layers: conv {} B + f32 "
+           "recurrent {} B each) = {:.3f} GiB",
+           config.max_num_seqs, 1 + num_drafts, static_cast<double>(per_slot) / (1 << 20), spec.num_gdn_layers,
            spec.conv_state_bytes_per_layer(), spec.recurrent_state_bytes_per_layer(),
            static_cast<double>(state_bytes) / (int64_t{1} << 30));
   return reserve_checkpoints(spec, config, budget - state_bytes);

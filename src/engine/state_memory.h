@@ -9,6 +9,9 @@
 // prefix needs the state at its end), the other half KV blocks:
 //
 //   budget = state slots + checkpoints (each one slot's bytes) + KV blocks
+//
+// Speculative decoding adds k draft states per request (the state after each draft, for rollback):
+// a request's state then costs 1 + k slots.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,8 @@ namespace pagellm {
 
 // Returns the bytes left for KV blocks; for hybrid models adjusts config.max_num_seqs, resolves
 // hybrid_checkpoint_interval_blocks and sets num_state_checkpoints (a no-op returning `budget` for others).
+// Draft states each request's state slot is given (--speculative-config's k, or 0).
+int state_drafts_per_request(const EngineConfig& config);
 Expected<int64_t> reserve_state_memory(const MemorySpec& spec, EngineConfig& config, int64_t budget);
 
 }  // namespace pagellm

@@ -39,6 +39,7 @@ struct Preset {
   std::string tokenizer = "qwen3";
   // Sparse MoE FFN on every layer (Qwen3-MoE): experts, experts per token, each expert's width.
   int64_t num_experts = 0, experts_per_token = 0, moe_intermediate_size = 0;
+  bool has_mtp = false;  // hybrid presets: the released model ships an MTP head (mtp.*)
   bool is_hybrid() const { return linear_heads > 0; }
   bool is_moe() const { return num_experts > 0; }
   bool is_gpt_oss() const { return model_type == "gpt_oss"; }
@@ -126,7 +127,11 @@ const std::map<std::string, Preset>& presets() {
         // attention 8/2 heads of 256, GDN 16/16 heads of 128, vocabulary 248320 (no tokenizer ships with it).
         {"qwen3.5-0.8b",
          {"Qwen3_5ForCausalLM", "qwen3_5_text", 248320, 1024, 3584, 24, 8, 2, 256, true, 1e7, 262144, false, 16, 128}},
+        // A Qwen3.5 small enough for CPU tests (no tokenizer): layers [L, L, L, F], GDN 2 heads of 16.
+        {"qwen3.5-micro",
+         {"Qwen3_5ForCausalLM", "qwen3_5_text", 512, 64, 128, 4, 4, 2, 32, true, 1e7, 4096, false, 2, 16}},
     };
+    t["qwen3.5-0.8b"].has_mtp = true;
     // sizes: vocab, hidden, intermediate, layers, heads, kv heads, head_dim
     // The shape of Qwen3-30B-A3B: 48 layers of 128 experts (top 8, width 768), 30.5 B parameters,
     // 3.3 B of them read per token.
@@ -455,7 +460,8 @@ void add_dense_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMod
   }
 }
 
-// Qwen3.5 (spec/models.md B.14 names): (1+w) norms get offsets near 0, the GDN output norm weights near 1.
+// Qwen3.5 (spec/models.md B.14 names): (1+w) norms get offsets near 0, the GDN output norm weights near 1;
+// the MTP head (mtp.*: its norms, fc [H, 2H] and one full-attention layer) when the preset or --mtp asks.
 void add_qwen35_tensors(SafetensorsWriter& writer, const Preset& p, const MakeModelOptions& o) {
   const float half_width = static_cast<float>(o.weight_std * std::sqrt(3.0));
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float center, float width) {
@@ -474,17 +480,34 @@ void add_qwen35_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMo
   const int64_t key_dim = lh * ld, value_dim = lh * ld, conv_dim = 2 * key_dim + value_dim;
   matrix("model.embed_tokens.weight", p.vocab_size, h);
   offset_norm("model.norm.weight", h);
-  for (int64_t i = 0; i < p.num_layers; ++i) {
-    const std::string l = fmt::format("model.layers.{}.", i);
+  auto attention_layer = [&](const std::string& l) {
+    matrix(l + "self_attn.q_proj.weight", 2 * p.num_heads * hd, h);  // query and gate per head
+    matrix(l + "self_attn.k_proj.weight", p.num_kv_heads * hd, h);
+    matrix(l + "self_attn.v_proj.weight", p.num_kv_heads * hd, h);
+    matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
+    offset_norm(l + "self_attn.q_norm.weight", hd);
+    offset_norm(l + "self_attn.k_norm.weight", hd);
+  };
+  auto norms_and_mlp = [&](const std::string& l) {
     offset_norm(l + "input_layernorm.weight", h);
     offset_norm(l + "post_attention_layernorm.weight", h);
+    matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
+    matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
+    matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
+  };
+  if (p.has_mtp || o.mtp) {
+    offset_norm("mtp.pre_fc_norm_embedding.weight", h);
+    offset_norm("mtp.pre_fc_norm_hidden.weight", h);
+    offset_norm("mtp.norm.weight", h);
+    matrix("mtp.fc.weight", h, 2 * h);
+    attention_layer("mtp.layers.0.");
+    norms_and_mlp("mtp.layers.0.");
+  }
+  for (int64_t i = 0; i < p.num_layers; ++i) {
+    const std::string l = fmt::format("model.layers.{}.", i);
+    norms_and_mlp(l);
     if (is_full_attention_layer(i)) {
-      matrix(l + "self_attn.q_proj.weight", 2 * p.num_heads * hd, h);  // query and gate per head
-      matrix(l + "self_attn.k_proj.weight", p.num_kv_heads * hd, h);
-      matrix(l + "self_attn.v_proj.weight", p.num_kv_heads * hd, h);
-      matrix(l + "self_attn.o_proj.weight", h, p.num_heads * hd);
-      offset_norm(l + "self_attn.q_norm.weight", hd);
-      offset_norm(l + "self_attn.k_norm.weight", hd);
+      attention_layer(l);
     } else {
       const std::string g = l + "linear_attn.";
       matrix(g + "in_proj_qkv.weight", conv_dim, h);
@@ -497,9 +520,6 @@ void add_qwen35_tensors(SafetensorsWriter& writer, const Preset& p, const MakeMo
       add(g + "norm.weight", {ld}, 1.0f, 0.1f);  // plain weight
       matrix(g + "out_proj.weight", h, value_dim);
     }
-    matrix(l + "mlp.gate_proj.weight", p.intermediate_size, h);
-    matrix(l + "mlp.up_proj.weight", p.intermediate_size, h);
-    matrix(l + "mlp.down_proj.weight", h, p.intermediate_size);
   }
 }
 
@@ -534,6 +554,9 @@ Status make_model(const MakeModelOptions& options) {
   if (!options.quantize.empty() && options.quantize != "fp8" && options.quantize != "awq" && options.quantize != "gptq")
     return invalid_argument("[make-model] --quantize '{}' is not a format pagellm writes (fp8, awq or gptq)",
                             options.quantize);
+  if (options.mtp && !preset.is_hybrid())
+    return invalid_argument("[make-model] --mtp: preset '{}' has no MTP head (the hybrid qwen3.5 presets do)",
+                            options.preset);
   if (!options.quantize.empty() && preset.is_moe())
     return invalid_argument("[make-model] --quantize is not available for MoE presets (pagellm reads quantized "
                             "attention, MLP and Gated DeltaNet projections, not quantized experts)");
@@ -563,6 +586,7 @@ Status make_model(const MakeModelOptions& options) {
   else add_dense_tensors(writer, preset, options);
   PAGELLM_RETURN_IF_ERROR(writer.write((fs::path(options.out_dir) / "model.safetensors").string()));
   Json config = config_json(preset, options.dtype, has_tokenizer);
+  if (preset.has_mtp || options.mtp) config["mtp_num_hidden_layers"] = 1;
   if (!options.quantize.empty()) config["quantization_config"] = quantization_config(options.quantize, group_size);
   return write_text(fs::path(options.out_dir) / "config.json", config.dump(2) + "\n");
 }

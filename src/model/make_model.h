@@ -26,6 +26,8 @@ struct MakeModelOptions {
   std::string quantize;
   // awq / gptq group size; 0 = 128, or the largest of 64, 32 that divides every projection's inputs.
   int64_t group_size = 0;
+  // Hybrid presets: write the MTP head (mtp.*) too (qwen3.5-0.8b always does, as the released model).
+  bool mtp = false;
 };
 
 std::vector<std::string> make_model_presets();

@@ -12,6 +12,7 @@
 #include "model/layers/embedding.h"
 #include "model/layers/gated_mlp.h"
 #include "model/moe_ffn.h"
+#include "model/mtp_model.h"
 #include "model/weights.h"
 
 namespace pagellm {
@@ -35,8 +36,18 @@ struct HybridLayer {
   std::optional<MoeWeights> moe;             // ... or MoE
 };
 
-// Activation buffers, by index.
-enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kProj, kLastRows, kShardLogits };
+// The multi-token-prediction head (mtp.*): h' = fc([norm_embedding(embed(t)) | norm_hidden(h)]), one
+// gated full-attention decoder layer, norm; embedding and head shared with the target.
+struct MtpWeights {
+  layers::RmsNorm norm_embedding, norm_hidden, norm;  // [H], 1 + w
+  layers::Linear fc;                                  // [H, 2H]
+  HybridLayer layer;                                  // full attention, MLP or MoE as the target's layers
+};
+
+// Activation buffers, by index. kFinalHidden: the target's hidden states after the final norm, every
+// token row (kept for an MTP head); kMtp*: the MTP head's hidden input, [embedding | hidden] and output.
+enum Buffer : size_t { kHidden, kNormed, kQkv, kAttnOut, kProj, kLastRows, kFinalHidden, kMtpConcat, kMtpHidden,
+                      kShardLogits };
 
 // [T, nH, hd] view of q (or, with first_col = hd, of the gate) inside q_proj's per-head [q_h | gate_h] rows.
 TensorView interleaved_heads(const TensorView& qkv, int64_t first_col, int64_t num_heads, int64_t head_dim) {
@@ -73,8 +84,22 @@ class Qwen35Model final : public Model {
   bool is_graph_capturable() const override { return !moe_.has_value(); }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
+  // The MTP head (mtp_model.h): loads mtp.* (an error naming the first missing tensor) and from then
+  // on keeps every token row's final hidden state (target_hidden_states()).
+  Status load_mtp(const Checkpoint& checkpoint);
+  // The MTP head's forward: token rows of `batch`, hidden input row t = source[rows[t]], its one
+  // attention layer's cache in caches.attention_layers[0].
+  void mtp_forward(const StepBatch& batch, const CacheViews& caches, TensorView logits, const TensorView& source,
+                   const TensorView& rows);
+  // Rows [0, num_tokens) of the final hidden states of the last forward (a replayed graph's rows too).
+  TensorView target_hidden_states(int64_t num_tokens) { return act_.rows(kFinalHidden, num_tokens); }
+  TensorView mtp_hidden_states() const { return mtp_hidden_; }
+
  private:
-  Status load_layer(WeightLoader& loader, const std::string& prefix, int64_t index, HybridLayer& layer);
+  Status load_layer(WeightLoader& loader, const std::string& prefix, LayerType type, bool moe, HybridLayer& layer);
+  // One decoder layer over the residual stream `hidden` [T, H] (normed and proj: [T, H] scratch).
+  void decoder_layer(const HybridLayer& layer, const StepBatch& batch, const CacheViews& caches, TensorView hidden,
+                     TensorView normed, TensorView proj);
   bool is_moe_layer(int64_t index) const;
   void attention_block(const HybridLayer& layer, const KvCacheView& cache, const StepBatch& batch,
                        const TensorView& normed, TensorView out);
@@ -98,7 +123,14 @@ class Qwen35Model final : public Model {
   layers::Rotary rotary_;  // partial RoPE: [rot / 2]
   int64_t num_attention_layers_ = 0, num_gdn_layers_ = 0;
   std::vector<HybridLayer> layers_;
+  std::optional<MtpWeights> mtp_;
+  TensorView mtp_hidden_;  // [T, H] of the last MTP forward
 };
+
+// [T, 1, width] view of columns [first_col, first_col + width) of a row-major [T, C] buffer.
+TensorView columns(const TensorView& rows_2d, int64_t first_col, int64_t width) {
+  return head_columns(rows_2d, first_col, 1, width);
+}
 
 bool Qwen35Model::is_moe_layer(int64_t i) const {
   const auto& only = config_.mlp_only_layers;
@@ -106,7 +138,8 @@ bool Qwen35Model::is_moe_layer(int64_t i) const {
          (i + 1) % config_.decoder_sparse_step == 0;
 }
 
-Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64_t i, HybridLayer& layer) {
+Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, LayerType type, bool moe,
+                               HybridLayer& layer) {
   const int64_t h = config_.hidden_size, hd = config_.head_dim, nh = config_.num_attention_heads,
                 nkv = config_.num_key_value_heads;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -115,17 +148,15 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
   const ShardRange q_mine{a_shard.q_head_begin * 2 * hd, a_shard.local.num_heads * 2 * hd};
   const ShardRange kv_mine{a_shard.kv_head_begin * hd, a_shard.local.num_kv_heads * hd};
   const ShardRange o_mine{a_shard.q_head_begin * hd, a_shard.local.num_heads * hd};
-  layer.type = config_.layer_types[static_cast<size_t>(i)];
+  layer.type = type;
   PAGELLM_ASSIGN_OR_RETURN(layer.input_norm,
                            layers::load_rms_norm(loader, p + "input_layernorm.weight", h, NormWeight::kOnePlus, eps));
   PAGELLM_ASSIGN_OR_RETURN(layer.post_norm, layers::load_rms_norm(loader, p + "post_attention_layernorm.weight", h,
                                                                   NormWeight::kOnePlus, eps));
   if (layer.type == LayerType::kLinearAttention) {
-    layer.cache_index = num_gdn_layers_++;
     PAGELLM_ASSIGN_OR_RETURN(layer.gdn, load_gdn_weights(loader, backend_, backend_.weight_dtype(config_.dtype),
                                                          GdnShape(config_), p + "linear_attn."));
   } else {
-    layer.cache_index = num_attention_layers_++;
     GatedAttentionWeights& a = layer.attention;
     PAGELLM_ASSIGN_OR_RETURN(a.qkv, layers::load_linear(loader,
                                                         {layers::shard_rows(loader, p + "self_attn.q_proj", 2 * nh * hd, q_mine),
@@ -140,7 +171,7 @@ Status Qwen35Model::load_layer(WeightLoader& loader, const std::string& p, int64
                                                       layers::shard_columns(loader, o_mine)));
     PAGELLM_ASSIGN_OR_RETURN(a.kv_scales, layers::load_kv_scales(loader, p + "self_attn."));
   }
-  if (is_moe_layer(i)) {
+  if (moe) {
     PAGELLM_ASSIGN_OR_RETURN(layer.moe, load_moe_weights(loader, backend_, backend_.weight_dtype(config_.dtype),
                                                          config_, p + "mlp."));
   } else {
@@ -165,7 +196,9 @@ Status Qwen35Model::load(const Checkpoint& checkpoint) {
                                                                   v, h, vocab_shard_));
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     HybridLayer layer;
-    PAGELLM_RETURN_IF_ERROR(load_layer(loader, fmt::format("{}layers.{}.", m, i), i, layer));
+    const LayerType type = config_.layer_types[static_cast<size_t>(i)];
+    PAGELLM_RETURN_IF_ERROR(load_layer(loader, fmt::format("{}layers.{}.", m, i), type, is_moe_layer(i), layer));
+    layer.cache_index = type == LayerType::kLinearAttention ? num_gdn_layers_++ : num_attention_layers_++;
     layers_.push_back(std::move(layer));
   }
   PAGELLM_ASSIGN_OR_RETURN(rotary_, layers::make_rotary(backend_, config_.rope, hd));
@@ -177,6 +210,31 @@ Status Qwen35Model::load(const Checkpoint& checkpoint) {
   act_.define(kProj, h);
   act_.define(kLastRows, h);
   if (comm_ != nullptr) act_.define(kShardLogits, std::max<int64_t>(vocab_shard_.count, 1));
+  act_.define(kFinalHidden, h);
+  act_.define(kMtpConcat, 2 * h);
+  act_.define(kMtpHidden, h);
+  return Status::ok();
+}
+
+Status Qwen35Model::load_mtp(const Checkpoint& checkpoint) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  WeightLoader loader(checkpoint, backend_, backend_.weight_dtype(config_.dtype), config_.quantization);
+  if (!loader.has("mtp.fc.weight"))
+    return invalid_argument("[speculative-config] method mtp: the checkpoint of {} has no mtp.* weights (mtp.fc.weight "
+                            "is missing)", config_.architecture);
+  MtpWeights w;
+  PAGELLM_ASSIGN_OR_RETURN(w.norm_embedding, layers::load_rms_norm(loader, "mtp.pre_fc_norm_embedding.weight", h,
+                                                                   NormWeight::kOnePlus, eps));
+  PAGELLM_ASSIGN_OR_RETURN(w.norm_hidden, layers::load_rms_norm(loader, "mtp.pre_fc_norm_hidden.weight", h,
+                                                                NormWeight::kOnePlus, eps));
+  PAGELLM_ASSIGN_OR_RETURN(w.norm, layers::load_rms_norm(loader, "mtp.norm.weight", h, NormWeight::kOnePlus, eps));
+  PAGELLM_ASSIGN_OR_RETURN(w.fc, layers::load_linear(loader, {{"mtp.fc", h}}, 2 * h, /*with_bias=*/false));
+  // The MTP layer is sparse wherever the target's layers are (vLLM builds it as a target layer).
+  const bool moe = config_.num_experts > 0 && loader.has("mtp.layers.0.mlp.gate.weight");
+  PAGELLM_RETURN_IF_ERROR(load_layer(loader, "mtp.layers.0.", LayerType::kFullAttention, moe, w.layer));
+  w.layer.cache_index = 0;  // the MTP head's own KV cache
+  mtp_ = std::move(w);
   return Status::ok();
 }
 
@@ -207,23 +265,17 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
   TensorView normed = act_.rows(kNormed, num_tokens);  // [T, H]
   TensorView proj = act_.rows(kProj, num_tokens);      // [T, H], a block's output
   embedding_.forward(backend_, hidden, batch.token_ids);
-  for (const HybridLayer& layer : layers_) {
-    layer.input_norm.forward(backend_, normed, hidden);
-    if (layer.type == LayerType::kLinearAttention) {
-      gdn_.forward(layer.gdn, batch, caches.gdn_layers[static_cast<size_t>(layer.cache_index)], normed, proj);
-    } else {
-      attention_block(layer, caches.attention_layers[static_cast<size_t>(layer.cache_index)], batch, normed, proj);
-    }
-    reduce(proj);
-    backend_.add(hidden, hidden, proj);
-    layer.post_norm.forward(backend_, normed, hidden);
-    ffn_block(layer, normed, proj);
-    reduce(proj);
-    backend_.add(hidden, hidden, proj);
-  }
-  // Only the rows that sample go through the final norm and the vocabulary projection.
+  for (const HybridLayer& layer : layers_) decoder_layer(layer, batch, caches, hidden, normed, proj);
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
+  if (mtp_) {  // every row's final hidden state is the MTP head's input (norm then gather: the same rows)
+    TensorView final_hidden = act_.rows(kFinalHidden, num_tokens);  // [T, H]
+    head_.final_norm.forward(backend_, final_hidden, hidden);
+    backend_.embedding(last, final_hidden, batch.logits_rows);
+    backend_.matmul(logits, last, head_.weight);
+    return;
+  }
+  // Only the rows that sample go through the final norm and the vocabulary projection.
   backend_.embedding(last, hidden, batch.logits_rows);
   if (comm_ == nullptr) {
     head_.forward(backend_, logits, last);
@@ -232,6 +284,44 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
   TensorView shard = act_.rows(kShardLogits, num_rows).reshape({num_rows, vocab_shard_.count});  // [R, V / N]
   head_.forward(backend_, shard, last);
   comm_->gather_columns(logits, shard);  // rank 0's logits[R, V]
+}
+
+void Qwen35Model::decoder_layer(const HybridLayer& layer, const StepBatch& batch, const CacheViews& caches,
+                                TensorView hidden, TensorView normed, TensorView proj) {
+  layer.input_norm.forward(backend_, normed, hidden);
+  if (layer.type == LayerType::kLinearAttention) {
+    gdn_.forward(layer.gdn, batch, caches.gdn_layers[static_cast<size_t>(layer.cache_index)], normed, proj);
+  } else {
+    attention_block(layer, caches.attention_layers[static_cast<size_t>(layer.cache_index)], batch, normed, proj);
+  }
+  reduce(proj);
+  backend_.add(hidden, hidden, proj);
+  layer.post_norm.forward(backend_, normed, hidden);
+  ffn_block(layer, normed, proj);
+  reduce(proj);
+  backend_.add(hidden, hidden, proj);
+}
+
+void Qwen35Model::mtp_forward(const StepBatch& batch, const CacheViews& caches, TensorView logits,
+                              const TensorView& source, const TensorView& rows) {
+  CHECK_MSG(mtp_.has_value() && caches.attention_layers.size() == 1 && rows.numel() == batch.num_tokens,
+            "MTP forward: {} hidden rows for {} tokens", rows.numel(), batch.num_tokens);
+  const int64_t num_tokens = batch.num_tokens, h = config_.hidden_size;
+  TensorView hidden = act_.rows(kHidden, num_tokens);      // [T, H]
+  TensorView normed = act_.rows(kNormed, num_tokens);      // [T, H]
+  TensorView proj = act_.rows(kProj, num_tokens);          // [T, H]
+  TensorView concat = act_.rows(kMtpConcat, num_tokens);   // [T, 2H]: norm_embedding(embed) | norm_hidden(h)
+  backend_.embedding(normed, source, rows);  // first: source may be this head's output of its last forward
+  mtp_->norm_hidden.forward(backend_, columns(concat, h, h), normed.reshape({num_tokens, 1, h}));
+  embedding_.forward(backend_, hidden, batch.token_ids);
+  mtp_->norm_embedding.forward(backend_, columns(concat, 0, h), hidden.reshape({num_tokens, 1, h}));
+  mtp_->fc.forward(backend_, hidden, concat);
+  decoder_layer(mtp_->layer, batch, caches, hidden, normed, proj);
+  mtp_hidden_ = act_.rows(kMtpHidden, num_tokens);  // [T, H]
+  mtp_->norm.forward(backend_, mtp_hidden_, hidden);
+  TensorView last = act_.rows(kLastRows, batch.logits_rows.numel());  // [R, H]
+  backend_.embedding(last, mtp_hidden_, batch.logits_rows);
+  backend_.matmul(logits, last, head_.weight);
 }
 
 void Qwen35Model::attention_block(const HybridLayer& layer, const KvCacheView& cache, const StepBatch& batch,
@@ -296,7 +386,48 @@ Status validate_hybrid_config(const ModelConfig& c) {
   return Status::ok();
 }
 
+class Qwen35Mtp final : public MtpModel {
+ public:
+  explicit Qwen35Mtp(Qwen35Model& target) : target_(target) {}
+  const ModelConfig& config() const override { return target_.config(); }
+  MemorySpec memory_spec() const override {
+    const ModelConfig& c = target_.config();
+    MemorySpec spec;
+    spec.num_attention_layers = 1;
+    spec.num_kv_heads = c.num_key_value_heads;
+    spec.head_dim = c.head_dim;
+    spec.kv_dtype = c.dtype;
+    return spec;
+  }
+  void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override {
+    target_.mtp_forward(batch, caches, logits, source_, rows_);
+  }
+  void set_hidden_input(const TensorView& source, const TensorView& rows) override {
+    source_ = source;
+    rows_ = rows;
+  }
+  TensorView target_hidden_states(int64_t num_tokens) const override {
+    return target_.target_hidden_states(num_tokens);
+  }
+  TensorView hidden_states() const override { return target_.mtp_hidden_states(); }
+
+ private:
+  Qwen35Model& target_;
+  TensorView source_, rows_;
+};
+
 }  // namespace
+
+Expected<std::unique_ptr<MtpModel>> load_mtp_model(Model& target, const std::string& model_dir, Backend& backend) {
+  auto* hybrid = dynamic_cast<Qwen35Model*>(&target);
+  if (hybrid == nullptr)
+    return invalid_argument("[speculative-config] method mtp: {} has no MTP head in pagellm (Qwen3.5 and Qwen3-Next "
+                            "checkpoints with mtp.* weights do; a tensor-parallel target does not yet)",
+                            target.config().architecture);
+  PAGELLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open_dir(model_dir));
+  PAGELLM_RETURN_IF_ERROR(hybrid->load_mtp(checkpoint));
+  return std::unique_ptr<MtpModel>(std::make_unique<Qwen35Mtp>(*hybrid));
+}
 
 Expected<std::unique_ptr<Model>> make_qwen35(const ModelConfig& config, const Checkpoint& checkpoint,
                                              Backend& backend) {

@@ -5,7 +5,9 @@
 //
 //   architectures            weights under
 //   Qwen3_5ForCausalLM       model.*  (or model.language_model.*)
-//   Qwen3_5ForConditionalGeneration  model.language_model.*  (model.visual.*, mtp.* ignored)
+//   Qwen3_5ForConditionalGeneration  model.language_model.*  (model.visual.* ignored)
+//
+// mtp.* (the multi-token-prediction head) loads only for method mtp (model/mtp_model.h).
 //   Qwen3NextForCausalLM     model.*  (fused in_proj_qkvz / in_proj_ba, regrouped at load)
 //
 // Text positions make Qwen3.5's interleaved M-RoPE the plain partial RoPE (all three streams equal).

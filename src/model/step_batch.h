@@ -32,6 +32,7 @@ struct StepBatch {
   int64_t num_seqs = 0;
   int32_t max_seqlen_q = 0;
   int32_t max_seqlen_k = 0;
+  bool has_draft_rows = false;  // speculative verification rows (AttentionParams::short_rows_split_keys)
   TensorView token_ids;     // [T], i32
   TensorView positions;     // [T], i32
   TensorView cu_seqlens_q;  // [B + 1], i32

@@ -143,6 +143,7 @@ std::vector<uint8_t> encode_step(const StepBatch& batch, Backend& backend, const
   w.put<int64_t>(batch.num_seqs);
   w.put<int32_t>(batch.max_seqlen_q);
   w.put<int32_t>(batch.max_seqlen_k);
+  w.put<uint8_t>(batch.has_draft_rows ? 1 : 0);
   for (const TensorView* v : {&batch.token_ids, &batch.positions, &batch.cu_seqlens_q, &batch.seq_lens_k,
                               &batch.block_tables, &batch.slot_mapping, &batch.logits_rows, &batch.state_slots,
                               &batch.gdn_checkpoint_slots})
@@ -178,6 +179,7 @@ Expected<DecodedStep> decode_step(const std::vector<uint8_t>& bytes) {
   b.num_seqs = r.get<int64_t>();
   b.max_seqlen_q = r.get<int32_t>();
   b.max_seqlen_k = r.get<int32_t>();
+  b.has_draft_rows = r.get<uint8_t>() == 1;
   for (TensorView* v : {&b.token_ids, &b.positions, &b.cu_seqlens_q, &b.seq_lens_k, &b.block_tables, &b.slot_mapping,
                         &b.logits_rows, &b.state_slots, &b.gdn_checkpoint_slots})
     *v = r.get_tensor(step.inputs);

@@ -91,6 +91,10 @@ bool graphs_allowed_by_env() {
 struct ModelRunner::StepLayout {
   int64_t num_groups, num_tokens, num_seqs, num_logits_rows, table_width, num_penalised, num_logprob_rows, num_history_ids,
       num_placeholders, num_prompt_rows, num_bias_entries = 0, num_masks = 0, mask_words = 0, num_checkpoint_targets = 0;
+  // A graph bucket's padding rows (past the plan's) have the shape of its rows: tokens each, and
+  // sampled positions each (the last ones).
+  int64_t padding_row_tokens = 1, padding_row_samples = 1;
+  bool has_draft_rows = false;  // StepBatch::has_draft_rows
   size_t checkpoint_slots = 0;
   size_t token_ids, positions, slot_mapping, cu_seqlens_q, seq_lens_k, logits_rows, block_tables, state_slots,
       sample_params, penalty_rows, penalty_params, logprob_rows, history, placeholders, bias_entries = 0, mask_rows = 0,
@@ -160,7 +164,7 @@ struct ModelRunner::StepSlot {
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots,
-                         std::optional<DType> kv_dtype, int num_state_checkpoints)
+                         std::optional<DType> kv_dtype, int num_state_checkpoints, int num_state_drafts)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
@@ -182,7 +186,8 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
     caches_.attention_layers.push_back(view);
   }
   if (spec.is_hybrid()) {
-    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots, num_state_checkpoints);
+    state_slots_ = std::make_unique<StateSlotBinder>(spec, backend, num_state_slots, num_state_checkpoints,
+                                                      num_state_drafts);
     caches_.gdn_layers = state_slots_->cache().views();
   }
   for (auto& slot : slots_) slot = std::make_unique<StepSlot>();
@@ -355,19 +360,23 @@ void ModelRunner::pack(const StepPlan& plan, const StepLayout& layout, StepSlot&
       logits_rows[sampling_row++] = token - 1 - row.num_draft_tokens + i;
     }
   }
-  // Padding rows of a graph bucket: context 0, so the token sees no key and writes no slot.
-  for (int64_t b = num_rows; b < layout.num_seqs; ++b, ++token) {
+  // Padding rows of a graph bucket: context 0, so their tokens see no key and write no slot.
+  for (int64_t b = num_rows; b < layout.num_seqs; ++b) {
     cu_seqlens_q[b] = token;
     seq_lens_k[b] = 0;
     for (int64_t g = 0; g < num_groups; ++g) {
       int32_t* table = block_tables + g * group_table_ints + b * width;
       std::fill(table, table + width, kNoBlock);
-      slot_mapping[g * layout.num_tokens + token] = -1;
     }
-    token_ids[token] = 0;
-    positions[token] = 0;
-    sample_params[sampling_row] = sampling::RowParams{};  // temperature 0: Backend::sample skips it
-    logits_rows[sampling_row++] = token;
+    for (int64_t i = 0; i < layout.padding_row_tokens; ++i, ++token) {
+      for (int64_t g = 0; g < num_groups; ++g) slot_mapping[g * layout.num_tokens + token] = -1;
+      token_ids[token] = 0;
+      positions[token] = 0;
+    }
+    for (int64_t i = layout.padding_row_samples; i > 0; --i) {
+      sample_params[sampling_row] = sampling::RowParams{};  // temperature 0: Backend::sample skips it
+      logits_rows[sampling_row++] = token - static_cast<int32_t>(i);
+    }
   }
   cu_seqlens_q[layout.num_seqs] = token;
   if (state_slots_) state_slots_->write(reinterpret_cast<int32_t*>(base + layout.state_slots), layout.num_seqs);
@@ -427,6 +436,7 @@ StepBatch ModelRunner::device_batch(const StepLayout& layout, const StepSlot& sl
   batch.num_seqs = layout.num_seqs;
   batch.max_seqlen_q = max_seqlen_q;
   batch.max_seqlen_k = max_seqlen_k;
+  batch.has_draft_rows = layout.has_draft_rows;
   batch.token_ids = view(layout.token_ids, {layout.num_tokens}, DType::kI32);
   batch.positions = view(layout.positions, {layout.num_tokens}, DType::kI32);
   batch.slot_mapping = view(layout.slot_mapping, {layout.num_tokens}, DType::kI64);
@@ -481,8 +491,31 @@ uint64_t ModelRunner::seed_for(const ScheduledRequest& row) {
 struct ModelRunner::ForwardShape {
   StepLayout layout;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
-  bool replays_graph = false;  // a decode-only step of a graph bucket
+  bool replays_graph = false;  // a step of uniform rows in a graph bucket
 };
+
+namespace {
+
+// Steps whose rows all have one shape replay a graph: decodes (1 token, 1 sampled), and on models
+// without recurrent state, speculative rows (1 + k tokens, all sampled) or a draft model's catch-up
+// rows (q tokens, the last sampled) of one q. Rows with prompt_logprobs or GDN checkpoints do not.
+struct UniformRows {
+  int64_t tokens = 0, samples = 0;
+};
+std::optional<UniformRows> uniform_rows(const StepPlan& plan, bool multi_token_allowed) {
+  if (plan.rows.empty()) return std::nullopt;
+  const ScheduledRequest& first = plan.rows.front();
+  const UniformRows shape{first.num_new_tokens(), first.num_sampled_tokens()};
+  if (shape.tokens > 1 && (!multi_token_allowed || (shape.samples != 1 && shape.samples != shape.tokens)))
+    return std::nullopt;
+  for (const ScheduledRequest& row : plan.rows)
+    if (!row.is_sampling || row.num_new_tokens() != shape.tokens || row.num_sampled_tokens() != shape.samples ||
+        !row.prompt_logprob_targets.empty() || !row.state_checkpoints.empty())
+      return std::nullopt;
+  return shape;
+}
+
+}  // namespace
 
 ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const {
   const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
@@ -490,13 +523,11 @@ ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const
   int64_t max_blocks = 1, num_penalised = 0, num_logprob_rows = 0, num_history_ids = 0, num_bias_entries = 0, num_masks = 0,
           num_prompt_rows = 0;
   int32_t max_seqlen_q = 0, max_seqlen_k = 0;
-  bool decode_only = true;
   for (const ScheduledRequest& row : plan.rows) {
     for (const std::vector<BlockId>& table : row.block_tables)
       max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(table.size()));
     max_seqlen_q = std::max(max_seqlen_q, static_cast<int32_t>(row.num_new_tokens()));
     max_seqlen_k = std::max(max_seqlen_k, static_cast<int32_t>(row.context_len()));
-    decode_only = decode_only && row.num_new_tokens() == 1 && row.is_sampling;
     num_prompt_rows += static_cast<int64_t>(row.prompt_logprob_targets.size());
     if (!row.is_sampling) continue;
     CHECK_MSG(row.num_draft_tokens == 0 || !row.needs_token_mask, "[runner] request {}: drafts under a token mask",
@@ -512,22 +543,27 @@ ModelRunner::ForwardShape ModelRunner::forward_shape(const StepPlan& plan) const
     if (row.sampling->num_logprobs.has_value()) num_logprob_rows += positions;
   }
   const int64_t num_placeholders = count_placeholders(plan);
-  const int64_t bucket = graphs_enabled_ && decode_only ? graph_bucket(num_rows) : 0;
+  const std::optional<UniformRows> uniform = graphs_enabled_ ? uniform_rows(plan, state_slots_ == nullptr) : std::nullopt;
+  const int64_t bucket = uniform ? graph_bucket(num_rows) : 0;
   const int64_t g = kv_groups_.num_groups();
   StepLayout layout =
-      bucket > 0 ? StepLayout(g, bucket, bucket, bucket, graph_table_width(max_blocks), num_penalised, num_logprob_rows,
-                              num_history_ids, num_placeholders)
+      bucket > 0 ? StepLayout(g, bucket * uniform->tokens, bucket, bucket * uniform->samples, graph_table_width(max_blocks),
+                              num_penalised, num_logprob_rows, num_history_ids, num_placeholders)
                  : StepLayout(g, plan.num_scheduled_tokens(), num_rows, num_sampling, max_blocks, num_penalised,
                               num_logprob_rows, num_history_ids, num_placeholders, num_prompt_rows);
-  CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a decode-only step with prompt_logprobs rows");
-  const bool writes_checkpoints = std::any_of(plan.rows.begin(), plan.rows.end(), [](const ScheduledRequest& row) {
-    return !row.state_checkpoints.empty();
-  });
-  CHECK_MSG(bucket == 0 || !writes_checkpoints, "[runner] a decode-only step writes GDN checkpoints");
+  layout.has_draft_rows = std::any_of(plan.rows.begin(), plan.rows.end(),
+                                      [](const ScheduledRequest& row) { return row.num_draft_tokens > 0; });
+  if (bucket > 0) {
+    layout.padding_row_tokens = uniform->tokens;
+    layout.padding_row_samples = uniform->samples;
+  }
+  CHECK_MSG(bucket == 0 || num_prompt_rows == 0, "[runner] a graph step with prompt_logprobs rows");
+  const bool writes_checkpoints = state_slots_ && StateSlotBinder::writes_checkpoints(plan);
+  CHECK_MSG(bucket == 0 || !writes_checkpoints, "[runner] a graph step writes GDN checkpoints");
   if (writes_checkpoints) layout.add_gdn_checkpoints();
   if (num_bias_entries + num_masks > 0)
     layout.add_constraints(num_bias_entries, num_masks, (model_.config().vocab_size + 31) / 32);
-  return ForwardShape{layout, max_seqlen_q, max_seqlen_k, bucket > 0};
+  return ForwardShape{layout, bucket > 0 ? static_cast<int32_t>(uniform->tokens) : max_seqlen_q, max_seqlen_k, bucket > 0};
 }
 
 void ModelRunner::launch_forward(const StepPlan& plan) {
@@ -546,7 +582,7 @@ void ModelRunner::launch_forward(const StepPlan& plan) {
   pack(plan, layout, slot, previous);
   upload(layout, slot);
   if (shape.replays_graph) {
-    run_decode_graph(layout, slot);
+    run_graph(layout, slot, shape.max_seqlen_q);
   } else {
     forward_and_argmax(device_batch(layout, slot, shape.max_seqlen_q, shape.max_seqlen_k), plan.num_sampled_tokens());
   }
@@ -573,12 +609,14 @@ void ModelRunner::launch_sampling(const StepPlan& plan) {
   slot.is_sampling_launched = true;
 }
 
-void ModelRunner::run_decode_graph(const StepLayout& layout, const StepSlot& slot) {
+void ModelRunner::run_graph(const StepLayout& layout, const StepSlot& slot, int32_t tokens_per_row) {
   // A graph's launch plan must not depend on this step's contexts: the attention is planned for
   // the longest context the table width allows (max_seqlen_k), and reads the real ones on the device.
   const StepBatch batch =
-      device_batch(layout, slot, 1, static_cast<int32_t>(layout.table_width * block_size_));
-  std::unique_ptr<OpGraph>& graph = graphs_[{layout.num_seqs, layout.table_width}];
+      device_batch(layout, slot, tokens_per_row, static_cast<int32_t>(layout.table_width * block_size_));
+  std::unique_ptr<OpGraph>& graph =
+      graphs_[GraphKey{layout.num_seqs, tokens_per_row, layout.padding_row_samples, layout.table_width}];
+  if (tokens_per_row > 1) ++num_multi_token_graph_steps_;
   if (graph) {
     graph->replay();
   } else {
@@ -602,12 +640,12 @@ int ModelRunner::capture_decode_graphs(int max_num_seqs, int max_num_batched_tok
   for (auto bucket = std::rbegin(kGraphBuckets); bucket != std::rend(kGraphBuckets); ++bucket) {
     if (*bucket > top_bucket) continue;
     for (int64_t width = top_width; width >= graph_table_width(1); width /= 2) {
-      if (graphs_.contains({*bucket, width})) continue;
+      if (graphs_.contains(GraphKey{*bucket, 1, 1, width})) continue;
       const StepLayout layout(kv_groups_.num_groups(), *bucket, *bucket, *bucket, width);
       reserve(layout, slot);
       pack(StepPlan{}, layout, slot, nullptr);
       upload(layout, slot);
-      run_decode_graph(layout, slot);
+      run_graph(layout, slot, 1);
       backend_.synchronize();  // the next pack rewrites the host staging this step's copy reads
       ++captured;
     }

@@ -6,8 +6,9 @@
 // rows by the argmax, rows with temperature > 0 by Backend::sample after it, rows with penalties
 // from a penalised f32 copy (Backend::apply_penalties), and logprobs by Backend::logprobs, so only
 // ids and (id, logprob) pairs cross back. Decode-only steps replay a graph captured per (batch
-// bucket, block-table width), at start-up (capture_decode_graphs) or at first use; the sampling ops
-// run after the replay, outside the graph. runner/sampler.h's sample_token is the CPU reference
+// bucket, block-table width), at start-up (capture_decode_graphs) or at first use; steps of uniform
+// multi-token rows (speculative verification: 1 + k tokens per row) capture theirs at first use on
+// models without recurrent state. The sampling ops run after the replay, outside the graph. runner/sampler.h's sample_token is the CPU reference
 // those ops are tested against.
 //
 // Two steps may be launched at once (async scheduling): each has its own host slot (staging and
@@ -16,6 +17,7 @@
 // from step N's device-side ids into step N+1's inputs before step N+1's forward.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,11 +38,12 @@ class ModelRunner {
   // Allocates K and V [num_blocks, block_size, num_kv_heads, head_dim] per tensor slot of the model's
   // KV cache groups (cache/kv_cache_groups.h: one per attention layer when all layers are of one
   // kind), and for a hybrid model the GDN state of num_state_slots running requests and of
-  // num_state_checkpoints prefix-cache checkpoints (state_slot_binder.h).
+  // num_state_checkpoints prefix-cache checkpoints, and num_state_drafts draft states per request
+  // for speculative rows (state_slot_binder.h).
   // kv_dtype: the caches' dtype (--kv-cache-dtype: f8_e4m3 for the FP8 KV cache); none = the model's
   // activation dtype (MemorySpec::kv_dtype).
   ModelRunner(Model& model, Backend& backend, int num_blocks, int block_size, int num_state_slots = 1,
-              std::optional<DType> kv_dtype = std::nullopt, int num_state_checkpoints = 0);
+              std::optional<DType> kv_dtype = std::nullopt, int num_state_checkpoints = 0, int num_state_drafts = 0);
   ~ModelRunner();
 
   // One step: launch_forward() packs the inputs, makes the host-to-device copy of all of them but
@@ -91,6 +94,8 @@ class ModelRunner {
   // for steps of max_num_batched_tokens first, so such a step does not grow it and drop the graphs.
   // Returns how many it captured (0 without graphs). Call with nothing launched.
   int capture_decode_graphs(int max_num_seqs, int max_num_batched_tokens, int max_model_len);
+  // Steps of multi-token rows (speculative verification, draft catch-up) run through a graph so far.
+  int64_t num_multi_token_graph_steps() const { return num_multi_token_graph_steps_; }
 
  private:
   struct StepLayout;
@@ -119,8 +124,9 @@ class ModelRunner {
   // upload_masks() copies the rest.
   void upload(const StepLayout& layout, const StepSlot& slot);
   void upload_masks(const StepLayout& layout, const StepSlot& slot);
-  // The graph of a decode bucket: replays it, or runs the step eagerly and captures it.
-  void run_decode_graph(const StepLayout& layout, const StepSlot& slot);
+  // The graph of a bucket of uniform rows (tokens_per_row each): replays it, or runs the step
+  // eagerly and captures it.
+  void run_graph(const StepLayout& layout, const StepSlot& slot, int32_t tokens_per_row);
   // What Backend::sample gets for a sampling row's position (0, or a speculative row's 0..k): its
   // knobs and the uniform of draw num_output_tokens + position of its seed, or temperature 0 for
   // greedy rows (the argmax decides).
@@ -158,7 +164,10 @@ class ModelRunner {
   Tensor penalised_logits_;  // [penalised rows, vocab] f32, on the device
   Tensor logprob_ids_, logprob_values_;            // [logprob rows, 1 + kMaxTopLogprobs] i32 / f32
   bool graphs_enabled_ = true;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<OpGraph>> graphs_;  // (batch bucket, table width)
+  // (batch bucket, tokens per row, sampled positions per row, table width)
+  using GraphKey = std::array<int64_t, 4>;
+  std::map<GraphKey, std::unique_ptr<OpGraph>> graphs_;
+  int64_t num_multi_token_graph_steps_ = 0;
 };
 
 }  // namespace pagellm

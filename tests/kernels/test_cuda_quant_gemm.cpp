@@ -4,12 +4,14 @@
 // and for PAGELLM_CUDA_QUANT_GEMV=0), bitwise batch invariance of the GEMV's rows for M <= 8, and the
 // GEMV's bandwidth on an 8B-model-sized weight (printed). Outputs are poisoned (NaN) before each GPU
 // run so unwritten elements fail. Skips without a GPU.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -168,16 +170,18 @@ void expect_close(const Reference& ref, const Tensor& cpu, const Tensor& got, DT
       << what << " vs the CPU";
 }
 
-void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, uint64_t seed) {
+void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, uint64_t seed,
+                 const std::function<std::vector<QuantCase>(Backend&, Rng&)>& make_cases = all_cases,
+                 const std::vector<DType>& dtypes = {DType::kBF16, DType::kF16, DType::kF32}) {
   PAGELLM_GPU_OR_SKIP(gpu);
   const ScopedQuantGemvEnv env(gemv_env);
-  // These bounds are the GEMV's and the dequantization path's; FP8 products of more than 8 rows
-  // would otherwise go W8A8, whose looser bound (activations in FP8) test_cuda_w8a8.cpp checks.
+  // These bounds are the GEMV's, the INT4 GEMM's and the dequantization path's; FP8 products of more
+  // than 8 rows would otherwise go W8A8, whose looser bound (activations in FP8) test_cuda_w8a8.cpp checks.
   const cuda_test::ScopedEnv w8a8_off("PAGELLM_CUDA_FP8_W8A8", "0");
   Rng rng(seed);
-  const std::vector<QuantCase> cases = all_cases(*gpu, rng);
+  const std::vector<QuantCase> cases = make_cases(*gpu, rng);
   for (const QuantCase& c : cases) {
-    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (DType dtype : dtypes) {
       const int64_t max_rows = row_counts.back();
       // x as columns [8, 8 + K) of a wider buffer: a row stride that is not K, 16-byte aligned.
       const Tensor x_wide = random_x(max_rows, c.k() + 16, dtype, rng);
@@ -206,6 +210,19 @@ TEST(CudaQuantGemm, MatchesReferenceAndCpu) { run_matches(nullptr, {1, 3, 8, 16,
 
 TEST(CudaQuantGemm, DequantizationPathMatchesReferenceAndCpuAtDecodeSizes) { run_matches("0", {1, 5, 8}, 22); }
 
+// The INT4 GEMM (int4_gemm.cu: 9..64 rows, weights of at least a column of 128-row blocks per SM; these
+// have one for up to 160 SMs, and a partial last block): groups of 64 and 128, K of two k tiles and
+// of eight, partial row tiles; 65 rows go through dequantization + cuBLASLt, against the same bounds.
+TEST(CudaQuantGemm, Int4GemmMatchesReferenceAndCpu) {
+  auto cases = [](Backend& gpu, Rng& rng) {
+    std::vector<QuantCase> c;
+    c.push_back(int4_case(gpu, 128 * 160 + 72, 128, 64, rng));
+    c.push_back(int4_case(gpu, 128 * 160 + 72, 512, 128, rng));
+    return c;
+  };
+  run_matches(nullptr, {9, 16, 33, 64, 65}, 25, cases, {DType::kBF16, DType::kF16});
+}
+
 // Row r of an M-row product has the bits of the 1-row product of x row r, for every M <= 8: a
 // decode batch gives each sequence what it would get alone (the GEMV's promise).
 TEST(CudaQuantGemm, GemvRowsAreBatchInvariantBitwise) {
@@ -233,35 +250,158 @@ TEST(CudaQuantGemm, GemvRowsAreBatchInvariantBitwise) {
   }
 }
 
-// GB/s of the decode GEMVs on the weights of a Qwen3-8B MLP ([12288, 4096] and [4096, 12288]), bytes
-// of W and its scales over the time of one product, next to the bf16 GEMV on the same shape. Prints;
-// asserts only that the products ran.
+// Every finite e4m3 code (subnormals, zero and both signs included) through the GEMV's bit-level
+// conversion: row r of W holds code r in all 64 columns, scale 1, x all ones, so out[r] = 64 x the
+// code's value, exact in f32 and in bf16/f16: bitwise the CPU's result.
+TEST(CudaQuantGemm, GemvConvertsEveryE4m3CodeExactly) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedQuantGemvEnv env(nullptr);
+  constexpr int64_t kCodes = 256, kK = 64;
+  Fp8Weight f;
+  f.block_n = f.block_k = 128;
+  f.w = Tensor::cpu({kCodes, kK}, DType::kF8E4M3);
+  for (int64_t r = 0; r < kCodes; ++r)
+    for (int64_t c = 0; c < kK; ++c) f.w.ptr<uint8_t>()[r * kK + c] = (r & 0x7f) == 0x7f ? 0 : static_cast<uint8_t>(r);
+  f.w_scale = Tensor::cpu({2, 1}, DType::kF32);
+  f.w_scale.ptr<float>()[0] = f.w_scale.ptr<float>()[1] = 1.0f;
+  f.dequantized = Tensor::cpu({kCodes, kK}, DType::kF32);
+  cpu::dequantize_fp8_block_rows(f.w, f.w_scale, 128, 128, 0, kCodes, f.dequantized.ptr<float>());
+  QuantCase c;
+  c.dequantized = f.dequantized;
+  c.device_tensors = {to_device(*gpu, f.w.view()), to_device(*gpu, f.w_scale.view())};
+  c.op = [](Backend& b, TensorView out, const TensorView& x, const std::vector<Tensor>& w) {
+    b.matmul_fp8_block(out, x, w[0], w[1], 128, 128);
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    Tensor ones = Tensor::cpu({1, kK}, dtype);
+    for (int64_t i = 0; i < kK; ++i) store_float(ones.view().data, dtype, i, 1.0f);
+    const Tensor got = gpu_product(*gpu, c, to_device(*gpu, ones.view()), 0, 0, 1);
+    EXPECT_EQ(bitwise_diff(cpu_product(c, ones), got), "") << dtype_name(dtype);
+  }
+}
+
+// A device tensor of pseudo-random bytes (each AND-ed with byte_mask) or, for f32, values in
+// [lo, lo + 2^-8): content for timing only, made without an f32 dequantization on the host.
+Tensor bench_tensor(Backend& gpu, Shape shape, DType dtype, uint64_t seed, uint8_t byte_mask = 0xff, float lo = 0.0f) {
+  Tensor host = Tensor::cpu(shape, dtype);
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next_byte = [&state] { return static_cast<uint8_t>((state = state * 6364136223846793005ull + 1) >> 56); };
+  if (dtype == DType::kF32) {
+    float* p = host.view().ptr<float>();
+    for (int64_t i = 0; i < host.numel(); ++i) p[i] = lo + static_cast<float>(next_byte()) * 0x1.0p-16f;
+  } else {
+    uint8_t* p = static_cast<uint8_t*>(host.view().data);
+    for (size_t i = 0; i < host.nbytes(); ++i) p[i] = next_byte() & byte_mask;
+  }
+  return to_device(gpu, host.view());
+}
+
+// Copies of one weight (its format's tensors) that together outgrow the L2 (50 MB on an H100): a
+// decode step reads each layer's weight once, so a benchmark replaying one copy would time the L2.
+std::vector<std::vector<Tensor>> bench_copies(Backend& gpu, const std::vector<Tensor>& one) {
+  size_t bytes = 0;
+  for (const Tensor& t : one) bytes += t.nbytes();
+  const size_t count = std::max<size_t>(2, (size_t{256} << 20) / bytes + 1);
+  std::vector<std::vector<Tensor>> copies(count);
+  for (auto& copy : copies)
+    for (const Tensor& t : one) {
+      copy.push_back(gpu.alloc(t.shape(), t.dtype()));
+      gpu.copy(copy.back().view(), t.view());
+    }
+  return copies;
+}
+
+// us per product: every copy once per round, 4 rounds recorded in one graph (no launch gaps of the
+// host), the graph replayed 10 times after a warm-up.
+double graph_us(Backend& gpu, const std::vector<std::vector<Tensor>>& copies,
+                const std::function<void(const std::vector<Tensor>&)>& product) {
+  constexpr int kRounds = 4, kReplays = 10;
+  const std::unique_ptr<OpGraph> graph = gpu.capture([&] {
+    for (int r = 0; r < kRounds; ++r)
+      for (const auto& copy : copies) product(copy);
+  });
+  if (!graph) return 0.0;
+  graph->replay();
+  gpu.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReplays; ++i) graph->replay();
+  gpu.synchronize();
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  return us / (kReplays * kRounds * static_cast<double>(copies.size()));
+}
+
+// GB/s of the decode GEMVs on Qwen3-8B's projection shapes (o [4096, 4096], q|k|v [6144, 4096],
+// gate|up [24576, 4096], down [4096, 12288]): bytes of the weight as stored (quantized values, scales,
+// zero points) over the time of one product, next to the bf16 GEMV on the same shape, weights cycling
+// through copies larger than the L2 as a model's layers do. Prints; asserts only that the products ran.
 TEST(CudaQuantGemm, PrintsGemvBandwidth) {
   PAGELLM_GPU_OR_SKIP(gpu);
   const ScopedQuantGemvEnv env(nullptr);
-  Rng rng(24);
-  auto time_us = [&](const std::function<void()>& product) { return cuda_test::time_us(*gpu, product, 5, 50); };
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{12288, 4096}, std::pair<int64_t, int64_t>{4096, 12288}}) {
-    const Fp8Weight f8 = random_fp8_weight(n, k, 128, 128, rng);
-    const Int4Weight i4 = random_int4_weight(n, k, 128, rng);
-    const Tensor w8 = to_device(*gpu, f8.w.view()), s8 = to_device(*gpu, f8.w_scale.view());
-    const Tensor q4 = to_device(*gpu, i4.qweight.view()), s4 = to_device(*gpu, i4.scales.view()),
-                 z4 = to_device(*gpu, i4.zeros.view());
-    const Tensor w16 = gpu->alloc({n, k}, DType::kBF16);
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {6144, 4096}, {24576, 4096}, {4096, 12288}};
+  for (const auto& [n, k] : shapes) {
+    const auto bf16 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k}, DType::kBF16, 1, 0x3f)});
+    const auto fp8 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k}, DType::kF8E4M3, 2, 0x77),
+                                         bench_tensor(*gpu, {(n + 127) / 128, (k + 127) / 128}, DType::kF32, 3, 0xff, 0.001f)});
+    const auto int4 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k / 8}, DType::kI32, 4),
+                                          bench_tensor(*gpu, {n, k / 128}, DType::kF32, 5, 0xff, 0.001f),
+                                          bench_tensor(*gpu, {n, k / 128}, DType::kU8, 6, 0x0f)});
+    auto bytes_of = [](const std::vector<Tensor>& w) {
+      double sum = 0;
+      for (const Tensor& t : w) sum += static_cast<double>(t.nbytes());
+      return sum;
+    };
     for (int64_t m : {int64_t{1}, int64_t{8}}) {
-      const Tensor x = to_device(*gpu, random_x(m, k, DType::kBF16, rng).view());
+      const Tensor x = bench_tensor(*gpu, {m, k}, DType::kBF16, 7, 0x3f);
       const Tensor out = gpu->alloc({m, n}, DType::kBF16);
-      const double bf16_us = time_us([&] { gpu->matmul(out.view(), x.view(), w16.view()); });
-      const double fp8_us = time_us([&] { gpu->matmul_fp8_block(out.view(), x.view(), w8, s8, 128, 128); });
-      const double int4_us = time_us([&] { gpu->matmul_int4(out.view(), x.view(), q4, s4, z4, 128); });
-      const double bf16_bytes = static_cast<double>(n * k * 2);
-      const double fp8_bytes = static_cast<double>(n * k + s8.nbytes());
-      const double int4_bytes = static_cast<double>(n * k / 2 + s4.nbytes() + z4.nbytes());
-      std::printf("[quant gemv] W [%ld, %ld] M=%ld: bf16 %.1f us (%.0f GB/s) | fp8 %.1f us (%.0f GB/s, %.2fx bf16) | "
-                  "int4 %.1f us (%.0f GB/s, %.2fx bf16)\n",
-                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), bf16_us, bf16_bytes / bf16_us / 1e3,
-                  fp8_us, fp8_bytes / fp8_us / 1e3, fp8_us / bf16_us, int4_us, int4_bytes / int4_us / 1e3,
-                  int4_us / bf16_us);
+      const double bf16_us = graph_us(*gpu, bf16, [&](const auto& w) { gpu->matmul(out.view(), x.view(), w[0].view()); });
+      const double fp8_us = graph_us(*gpu, fp8, [&](const auto& w) {
+        gpu->matmul_fp8_block(out.view(), x.view(), w[0].view(), w[1].view(), 128, 128);
+      });
+      const double int4_us = graph_us(*gpu, int4, [&](const auto& w) {
+        gpu->matmul_int4(out.view(), x.view(), w[0].view(), w[1].view(), w[2].view(), 128);
+      });
+      std::printf("[quant gemv] W [%ld, %ld] M=%ld: bf16 %.2f us (%.0f GB/s) | fp8 %.2f us (%.0f GB/s, %.2fx bf16) | "
+                  "int4 %.2f us (%.0f GB/s, %.2fx bf16)\n",
+                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), bf16_us,
+                  bytes_of(bf16[0]) / bf16_us / 1e3, fp8_us, bytes_of(fp8[0]) / fp8_us / 1e3, fp8_us / bf16_us, int4_us,
+                  bytes_of(int4[0]) / int4_us / 1e3, int4_us / bf16_us);
+      const Tensor host = to_host(*gpu, out.view());
+      for (int64_t i = 0; i < host.numel(); ++i) ASSERT_FALSE(std::isnan(load_float(host.view().data, DType::kBF16, i)));
+    }
+  }
+}
+
+// us per INT4 product of more than 8 rows on Qwen3-8B's shapes: the default path (the in-register GEMM
+// where int4_gemm_applies, else dequantization + cuBLASLt) against dequantization + cuBLASLt
+// (PAGELLM_CUDA_QUANT_GEMV=0) and against the bf16 cuBLASLt product of the same shape. Prints;
+// asserts only that the products ran.
+TEST(CudaQuantGemm, PrintsInt4GemmThroughput) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const std::pair<int64_t, int64_t> shapes[] = {{6144, 4096}, {24576, 4096}, {4096, 12288}};
+  for (const auto& [n, k] : shapes) {
+    const auto bf16 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k}, DType::kBF16, 1, 0x3f)});
+    const auto int4 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k / 8}, DType::kI32, 4),
+                                          bench_tensor(*gpu, {n, k / 128}, DType::kF32, 5, 0xff, 0.001f),
+                                          bench_tensor(*gpu, {n, k / 128}, DType::kU8, 6, 0x0f)});
+    for (int64_t m : {int64_t{16}, int64_t{64}, int64_t{128}}) {
+      const Tensor x = bench_tensor(*gpu, {m, k}, DType::kBF16, 7, 0x3f);
+      const Tensor out = gpu->alloc({m, n}, DType::kBF16);
+      auto int4_product = [&](const auto& w) {
+        gpu->matmul_int4(out.view(), x.view(), w[0].view(), w[1].view(), w[2].view(), 128);
+      };
+      const double bf16_us = graph_us(*gpu, bf16, [&](const auto& w) { gpu->matmul(out.view(), x.view(), w[0].view()); });
+      const double default_us = graph_us(*gpu, int4, int4_product);
+      double dequant_us = 0;
+      {
+        const ScopedQuantGemvEnv off("0");
+        int4_product(int4[0]);  // grows the dequantization workspace outside the capture
+        dequant_us = graph_us(*gpu, int4, int4_product);
+      }
+      std::printf("[int4 gemm] W [%ld, %ld] M=%ld: default path %.1f us | dequantize + cuBLASLt %.1f us (%.2fx) | "
+                  "bf16 cuBLASLt %.1f us (%.2fx)\n",
+                  static_cast<long>(n), static_cast<long>(k), static_cast<long>(m), default_us, dequant_us,
+                  dequant_us / default_us, bf16_us, bf16_us / default_us);
+      std::fflush(stdout);
       const Tensor host = to_host(*gpu, out.view());
       for (int64_t i = 0; i < host.numel(); ++i) ASSERT_FALSE(std::isnan(load_float(host.view().data, DType::kBF16, i)));
     }

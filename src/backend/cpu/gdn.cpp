@@ -205,7 +205,9 @@ void load_chunk(const DeltaRuleArgs& p, int64_t first, int64_t rows, int64_t h, 
 }
 
 // B.9, token by token: S <- e^g S; d = beta (v - S^T k); S <- S + k d^T; o = S^T q.
-void recurrent_chunk(const DeltaRuleArgs& p, int64_t rows, float* S, ChunkScratch& s) {
+// after_token(i) sees S after token i (checkpoints may sit after any token of this form).
+template <typename AfterToken>
+void recurrent_chunk(const DeltaRuleArgs& p, int64_t rows, float* S, ChunkScratch& s, AfterToken&& after_token) {
   const int64_t dk = p.dk, dv = p.dv;
   std::vector<float>& delta = s.u;  // first dv entries reused as the delta vector
   for (int64_t i = 0; i < rows; ++i) {
@@ -227,6 +229,7 @@ void recurrent_chunk(const DeltaRuleArgs& p, int64_t rows, float* S, ChunkScratc
         o[j] += row[j] * q[r];
       }
     }
+    after_token(i);
   }
 }
 
@@ -336,23 +339,29 @@ void gdn_delta_rule(TensorView out, const TensorView& q, const TensorView& k, co
       const auto s = static_cast<size_t>(task / heads);
       const int64_t h = task % heads, length = seqs.length[s], first = seqs.begin[s];
       float* S = p.state + (seqs.slot[s] * heads + h) * p.dk * p.dv;
-      const bool recurrent =
-          params.algo == GdnAlgo::kRecurrent || (params.algo == GdnAlgo::kAuto && length == 1);
+      // As the CUDA kernels: sequences shorter than kGdnMinChunkedTokens (decode rows, speculative
+      // rows of 1 + k tokens) run token by token, so a speculative row's tokens get the bits of decode.
+      const bool recurrent = params.algo == GdnAlgo::kRecurrent ||
+                             (params.algo == GdnAlgo::kAuto && length < kGdnMinChunkedTokens);
       const std::vector<Checkpoint>& checkpoints = seqs.checkpoints[s];
       auto next_checkpoint = checkpoints.begin();
+      // Copies S to every checkpoint taken after `num_tokens` tokens of the sequence.
+      auto save_checkpoints_through = [&](int64_t num_tokens) {
+        for (; next_checkpoint != checkpoints.end() && next_checkpoint->num_tokens <= num_tokens; ++next_checkpoint) {
+          CHECK_MSG(next_checkpoint->num_tokens == num_tokens, "[gdn_delta_rule] a checkpoint after token {} of a "
+                    "sequence is inside a {}-token chunk", next_checkpoint->num_tokens, kGdnChunkSize);
+          std::copy_n(S, p.dk * p.dv, p.state + (next_checkpoint->slot * heads + h) * p.dk * p.dv);
+        }
+      };
       for (int64_t c = 0; c < length; c += kGdnChunkSize) {
         const int64_t rows = std::min<int64_t>(kGdnChunkSize, length - c);
         scratch.resize(rows, p.dk, p.dv);
         load_chunk(p, first + c, rows, h, scratch);
-        if (recurrent) recurrent_chunk(p, rows, S, scratch);
+        if (recurrent) recurrent_chunk(p, rows, S, scratch, [&](int64_t i) { save_checkpoints_through(c + i + 1); });
         else chunked_chunk(p, rows, S, scratch);
         for (int64_t i = 0; i < rows; ++i)
           store_run(out, (first + c + i) * out.strides[0] + h * out.strides[1], scratch.out.data() + i * p.dv, p.dv);
-        for (; next_checkpoint != checkpoints.end() && next_checkpoint->num_tokens <= c + rows; ++next_checkpoint) {
-          CHECK_MSG(next_checkpoint->num_tokens == c + rows, "[gdn_delta_rule] a checkpoint after token {} of a "
-                    "sequence is inside a {}-token chunk", next_checkpoint->num_tokens, kGdnChunkSize);
-          std::copy_n(S, p.dk * p.dv, p.state + (next_checkpoint->slot * heads + h) * p.dk * p.dv);
-        }
+        save_checkpoints_through(c + rows);
       }
     }
   });

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_group_quant.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/int4_gemm.h"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/sampling.h"
 
@@ -134,6 +135,7 @@ class CudaBackend final : public Backend {
       : device_(device), stream_(std::move(stream)), num_sms_(num_sms),
         matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())),
         quant_gemv_supported_(cuda::quant_gemv_device_supported(device)),
+        int4_gemm_supported_(cuda::int4_gemm_device_supported(device)),
         fp8_block_scaling_supported_(compute_capability_major(device) == 9) {}
 
   Device device() const override { return Device::kCuda; }
@@ -157,8 +159,8 @@ class CudaBackend final : public Backend {
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
   // Quantized weights (quant_gemv.h): the GEMV for decode-sized products; for larger ones FP8 blocks of
-  // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), everything else is
-  // dequantized + cuBLASLt.
+  // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), INT4 of small batches on large
+  // weights to the in-register-dequantizing GEMM (int4_gemm.h), everything else is dequantized + cuBLASLt.
   void matmul_fp8_block(TensorView out, const TensorView& x, const TensorView& w, const TensorView& w_scale,
                         int64_t block_n, int64_t block_k) override;
   void matmul_int4(TensorView out, const TensorView& x, const TensorView& qweight, const TensorView& scales,
@@ -219,6 +221,7 @@ class CudaBackend final : public Backend {
   int num_sms_;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   bool quant_gemv_supported_ = false;  // the device runs quant_gemv.cu's mma.sync (compute capability 8.0+)
+  bool int4_gemm_supported_ = false;  // the device runs int4_gemm.cu (8.0+, its shared memory)
   // The dequantized copy of one quantized weight ([N, K] of x's dtype, as bytes), grow-only. It must
   // not grow inside a CUDA graph capture: the engine's activation profile (a max_num_batched_tokens
   // step, before any capture) multiplies every weight through it first, and its size depends on
@@ -422,8 +425,9 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
 
 namespace {
 
-// PAGELLM_CUDA_QUANT_GEMV=0 sends every quantized product through dequantization + cuBLASLt; read at
-// every call, as PAGELLM_CUDA_GEMV, so tests and benchmarks can compare the paths in one process.
+// PAGELLM_CUDA_QUANT_GEMV=0 sends every quantized product through dequantization + cuBLASLt (no GEMV,
+// no INT4 GEMM); read at every call, as PAGELLM_CUDA_GEMV, so tests and benchmarks can compare the
+// paths in one process.
 bool quant_gemv_enabled() {
   const char* value = std::getenv("PAGELLM_CUDA_QUANT_GEMV");
   return value == nullptr || std::strcmp(value, "0") != 0;
@@ -487,6 +491,11 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
   if (quant_gemv_supported_ && quant_gemv_enabled() && cuda::quant_gemv_lane_bytes(x.dtype, w, x.data, ld_x, m) > 0) {
     CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
+    return;
+  }
+  if (int4_gemm_supported_ && quant_gemv_enabled() &&
+      cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m, num_sms_)) {
+    CUDA_CHECK(cuda::launch_int4_gemm(x.dtype, out.data, ld_out, x.data, ld_x, w, m, num_sms_, stream()));
     return;
   }
   // Larger products: W dequantized into x's dtype, then the dense matmul (cuBLASLt, or the bf16 GEMV).
@@ -800,7 +809,8 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   // is bounded by the block table's width (and by the max_seqlen_k hint when given).
   int64_t max_keys = tables.size(1) * a.k_layout.block_size;
   if (params.max_seqlen_k > 0) max_keys = std::min<int64_t>(max_keys, params.max_seqlen_k);
-  const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_);
+  const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_,
+                                                              params.short_rows_split_keys);
   float* partials = nullptr;
   if (plan.partial_floats > 0) {
     const int64_t floats = plan.partial_floats;

@@ -173,8 +173,9 @@ cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cud
 // max_keys: the longest context any row may have (block-table width, or the max_seqlen_k hint);
 // max_seqlen_q: the hint (0 = unknown). PAGELLM_CUDA_DECODE_ATTENTION=0 turns the decode kernel off,
 // PAGELLM_CUDA_PREFILL_ATTENTION=0 the prefill kernel (read at every plan, so tests can toggle it).
+// short_rows_split_keys: AttentionParams' hint (speculative rows of <= 8 queries skip the prefill kernel).
 AttentionPlan plan_attention(DType dtype, const AttentionArgs& args, int64_t max_keys, int32_t max_seqlen_q,
-                             int num_sms);
+                             int num_sms, bool short_rows_split_keys = false);
 cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream);
 

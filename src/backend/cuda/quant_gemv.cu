@@ -8,8 +8,8 @@
 //
 // Exact conversions, scales on the accumulators: the mma multiplies x by the *unscaled* quantized
 // values, which T (bf16/f16) holds exactly, and each step's f32 sums are multiplied by the step's
-// scale once:
-//   fp8:  e4m3 -> f16 (cvt.rn.f16x2.e4m3x2, exact) -> T (exact: e4m3 has 3 mantissa bits, all normal in f16)
+// scale once (quant_pairs.cuh):
+//   fp8:  e4m3 bits moved into T's fields, times 2^120 (bf16) / 2^8 (f16): exact, subnormals included
 //   int4: T(128 + q) or T(1024 + q) by OR-ing the nibble into the bits of 128.0 (bf16) / 1024.0 (f16),
 //         minus T(128 + zero): the integer q - zero in [-15, 15], exact in T.
 // So a step must lie inside one scale block: a step is 4 lanes' pieces of k (lane t of a row reads
@@ -18,107 +18,43 @@
 // only in the order of the f32 sums: within the bf16 tolerance of the tests.
 //
 // Mapping (per warp, one "step" = 8 rows of W x 4 * kElems k), lane = 4 g + t:
-//   the lane loads kLaneBytes of W row n0 + g (kElems weights starting at k0 + kElems t) and the
+//   the lane takes kLaneBytes of W row n0 + g (kElems weights starting at k0 + kElems t) and the
 //   same kElems elements of x row g (zeros when g >= M), and turns both into kElems / 2 registers of
 //   two T each, "pairs" p, with x and W in the same order; mma r takes pairs 2r and 2r + 1 as its
 //   A/B fragments (gemv.cu: any bijection between a lane's elements and the mma's logical k works if
-//   A and B share it). fp8 pairs are (2p, 2p + 1); int4 pairs of word u are (8u + p, 8u + p + 4),
-//   p < 4 (the nibbles one shift-and-mask leaves in the two halves), and x's pairs are permuted to
-//   match with one byte_perm each.
+//   A and B share it). fp8 pairs of word u are (4u, 4u + 2) and (4u + 1, 4u + 3); int4 pairs of word
+//   u are (8u + p, 8u + p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs
+//   are permuted to match with one byte_perm each.
 //   C lane (g, t) holds out[g, n0 + 2t] and out[g, n0 + 2t + 1]: the scales of those two columns.
 //
-// Split K, launch geometry and batch invariance as gemv.cu: a block owns kTiles tiles of 8 rows of W
-// (grid = ceil(N / (8 kTiles))), warps take contiguous ranges of steps (their number depends on K
-// only), partial sums added in warp order. A warp's kTiles W pieces of a step share the step's x
-// (the x bytes a lane loads are 2x (fp8) or 4x (int4) its W bytes per tile, so sharing them is what
-// leaves registers for more W in flight). Each batch of kSteps steps issues all its loads (W, x,
-// scales, zero points) before the first conversion: one memory latency per batch, where loading x
-// and the scales inside the conversion loop made each step wait for its own.
-#include <cuda_fp8.h>
-
-#include <cstring>
+// Memory: each warp keeps kStages - 1 steps of W and of x in flight in a cp.async ring in shared
+// memory (no registers held while the loads fly; a lane reads back only the bytes it copied, so its
+// own wait_group is the only synchronization), and the block stages the scales and zero points of
+// its rows once while the ring fills. Split K and batch invariance as gemv.cu: a block owns kTiles
+// tiles of 8 rows of W, warps take contiguous ranges of steps (their number depends on N and K only),
+// partial sums added in warp order.
+#include <atomic>
+#include <cstdint>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mma_16816.cuh"
 #include "backend/cuda/quant_gemv.h"
+#include "backend/cuda/quant_pairs.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kTileRows = 8;         // rows of W (columns of out) per block: the mma's N
-constexpr int kMaxWarps = 16;        // split-K warps per block
+constexpr int kTileRows = 8;  // rows of W (columns of out) per tile: the mma's N
+// The geometry, measured on an H100 (docs/PERFORMANCE.md, PrintsGemvBandwidth): blocks of kTiles
+// tiles, kStages steps per warp's ring, and enough split-K warps per block (kMaxWarps at most) that
+// the grid has about kTargetWarps warps, so every SM is busy even for a small W. Summed over Qwen3-8B's
+// four shapes at M = 1 and 8, 6 stages, 4 tiles, or 4 warps of 8 stages took 3-6% longer for fp8;
+// for int4 4 tiles took 11% less (up to 20% at M = 8), not taken as the tests ran 2 tiles.
+constexpr int kTiles = 2, kStages = 4, kMaxWarps = 8, kTargetWarps = 2048;
+constexpr int64_t kMaxSmemBytes = 160 * 1024;  // dynamic shared memory of a block (A100: 163 KiB, H100: 227)
 
 template <QuantFormat F>
 constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
-
-// kBytes of W, read once: no L1 allocation, so x (reused by every block) keeps the L1.
-template <int kBytes>
-__device__ __forceinline__ void load_piece(const uint8_t* p, uint32_t (&r)[kBytes / 4]);
-template <>
-__device__ __forceinline__ void load_piece<16>(const uint8_t* p, uint32_t (&r)[4]) {
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "l"(p));
-}
-template <>
-__device__ __forceinline__ void load_piece<8>(const uint8_t* p, uint32_t (&r)[2]) {
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
-}
-template <>
-__device__ __forceinline__ void load_piece<4>(const uint8_t* p, uint32_t (&r)[1]) {
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
-}
-
-// Two e4m3 bytes (low byte first) as two T (low half first), exactly.
-template <typename T>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair(uint32_t two_bytes);
-template <>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair<__half>(uint32_t two_bytes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-template <>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair<__nv_bfloat16>(uint32_t two_bytes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
-  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);  // exact: 3 mantissa bits fit bf16's 7
-  uint32_t bits;
-  memcpy(&bits, &b, 4);
-  return bits;
-}
-
-// The bits of 128.0 in bf16 / 1024.0 in f16: the ulp there is 1, so OR-ing a nibble q into the low
-// mantissa bits gives exactly 128 + q / 1024 + q.
-template <typename T>
-constexpr uint32_t kNibbleBias = 0;
-template <>
-constexpr uint32_t kNibbleBias<__nv_bfloat16> = 0x4300u;
-template <>
-constexpr uint32_t kNibbleBias<__half> = 0x6400u;
-
-// a - b on pairs of T (exact here: both are small integers plus the same bias).
-template <typename T>
-__device__ __forceinline__ uint32_t sub_pair(uint32_t a, uint32_t b);
-template <>
-__device__ __forceinline__ uint32_t sub_pair<__half>(uint32_t a, uint32_t b) {
-  __half2 ha, hb;
-  memcpy(&ha, &a, 4);
-  memcpy(&hb, &b, 4);
-  const __half2 d = __hsub2(ha, hb);
-  uint32_t bits;
-  memcpy(&bits, &d, 4);
-  return bits;
-}
-template <>
-__device__ __forceinline__ uint32_t sub_pair<__nv_bfloat16>(uint32_t a, uint32_t b) {
-  __nv_bfloat162 ha, hb;
-  memcpy(&ha, &a, 4);
-  memcpy(&hb, &b, 4);
-  const __nv_bfloat162 d = __hsub2(ha, hb);
-  uint32_t bits;
-  memcpy(&bits, &d, 4);
-  return bits;
-}
 
 // One lane's piece of one step as pairs (kElems / 2 registers each of x and W, the same order).
 template <typename T, QuantFormat F, int kLaneBytes>
@@ -133,11 +69,11 @@ struct Piece {
   __device__ __forceinline__ void set_x(const uint4 (&v)[kElems / 8]) {
 #pragma unroll
     for (int j = 0; j < kElems / 8; ++j) {
-      if constexpr (F == QuantFormat::kFp8Block) {  // pairs (2p, 2p + 1): as loaded
-        x[4 * j] = v[j].x;
-        x[4 * j + 1] = v[j].y;
-        x[4 * j + 2] = v[j].z;
-        x[4 * j + 3] = v[j].w;
+      if constexpr (F == QuantFormat::kFp8Block) {  // per 4 elements, pairs (0, 2) and (1, 3)
+        x[4 * j] = __byte_perm(v[j].x, v[j].y, 0x5410);
+        x[4 * j + 1] = __byte_perm(v[j].x, v[j].y, 0x7632);
+        x[4 * j + 2] = __byte_perm(v[j].z, v[j].w, 0x5410);
+        x[4 * j + 3] = __byte_perm(v[j].z, v[j].w, 0x7632);
       } else {  // pairs (8j + p, 8j + p + 4): low halves of (v.x, v.z), high halves, then (v.y, v.w)
         x[4 * j] = __byte_perm(v[j].x, v[j].z, 0x5410);
         x[4 * j + 1] = __byte_perm(v[j].x, v[j].z, 0x7632);
@@ -152,155 +88,218 @@ struct Piece {
 #pragma unroll
     for (int j = 0; j < kWords; ++j) {
       if constexpr (F == QuantFormat::kFp8Block) {
-        w[2 * j] = e4m3x2_to_pair<T>(raw[j]);
-        w[2 * j + 1] = e4m3x2_to_pair<T>(raw[j] >> 16);
+        e4m3x4_to_pairs<T>(raw[j], w[2 * j], w[2 * j + 1]);
       } else {
-        constexpr uint32_t bias = kNibbleBias<T> * 0x00010001u;
-        const uint32_t zero_pair = (kNibbleBias<T> | zero) * 0x00010001u;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) w[4 * j + p] = sub_pair<T>(((raw[j] >> (4 * p)) & 0x000f000fu) | bias, zero_pair);
+        int4x8_to_pairs<T>(raw[j], zero, &w[4 * j]);
       }
     }
   }
 };
 
-// kTiles tiles of 8 rows of W per warp (and per block) share each x load; kSteps steps per batch.
-template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kSteps>
-__global__ void __launch_bounds__(kMaxWarps * 32)
+// Split-K warps per block for a grid of `blocks` blocks and a K of `steps` steps: from N and K only, so
+// a row's result does not depend on M.
+inline int64_t split_warps(int64_t blocks, int64_t steps) {
+  int64_t warps = (kTargetWarps + blocks - 1) / blocks;
+  warps = warps > kMaxWarps ? kMaxWarps : warps;
+  warps = warps > steps ? steps : warps;
+  return warps < 1 ? 1 : warps;
+}
+
+// kBytes of this lane's own ring slot (written by its own cp.async: no other lane's data is read, so
+// the wait_group of the lane is all the synchronization a slot needs).
+template <int kBytes>
+__device__ __forceinline__ void load_slot(const uint8_t* p, uint32_t (&r)[kBytes / 4]) {
+  if constexpr (kBytes == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (kBytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    r[0] = v.x, r[1] = v.y;
+  } else {
+    r[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
+// Byte offsets of one block's dynamic shared memory: the ring [warps][stages][slot] (a slot: W
+// [tiles][32 lanes][lane_bytes], then x [m rows x 4 lanes][lane's elements] of 16-bit T), the block's
+// scales [8 tiles columns][k_blocks] f32, its zero points [8 tiles rows][k_blocks] u8 (int4), the
+// warps' partial sums [warps][8][8 tiles] f32.
+struct GemvSmem {
+  int64_t slot = 0, x_in_slot = 0, scales = 0, zeros = 0, partial = 0, total = 0;
+};
+__host__ __device__ __forceinline__ GemvSmem gemv_smem(int lane_bytes, int warps, int64_t k_blocks, bool int4,
+                                                       int m) {
+  constexpr int64_t block_rows = kTileRows * kTiles;
+  auto align16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+  GemvSmem s;
+  s.x_in_slot = int64_t{kTiles} * 32 * lane_bytes;
+  s.slot = s.x_in_slot + static_cast<int64_t>(m) * 4 * lane_bytes * (int4 ? 2 : 1) * 2;
+  s.scales = static_cast<int64_t>(warps) * kStages * s.slot;
+  s.zeros = s.scales + align16(block_rows * k_blocks * 4);
+  s.partial = s.zeros + (int4 ? align16(block_rows * k_blocks) : 0);
+  s.total = s.partial + static_cast<int64_t>(warps) * kTileRows * block_rows * 4;
+  return s;
+}
+
+// A block owns kTiles tiles of 8 rows of W (every k); its warps split K into contiguous ranges of
+// steps_per_warp steps, each with kStages - 1 steps of W and x in flight in its ring.
+template <typename T, QuantFormat F, int kLaneBytes>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
                       int m, int64_t steps_per_warp) {
   using P = Piece<T, F, kLaneBytes>;
   constexpr int kElems = P::kElems;
+  constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x a lane loads per step
   constexpr int64_t kStepK = 4 * kElems;
   constexpr int kBlockRows = kTileRows * kTiles;
-  __shared__ float partial[kMaxWarps][kTileRows][kBlockRows];  // [warp][m][n - n0]
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warps = static_cast<int>(blockDim.x) / 32;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  const bool x_row_ok = g < m;
+  const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
+  const GemvSmem layout = gemv_smem(kLaneBytes, warps, k_blocks, F == QuantFormat::kInt4, m);
+  const int slot_bytes = static_cast<int>(layout.slot);
+  uint8_t* ring = smem + static_cast<int64_t>(warp) * kStages * slot_bytes;
+  // This lane's parts of a slot: its W pieces (tile j at + j * 32 * kLaneBytes) and its x piece.
+  const int w_in_slot = lane * kLaneBytes, x_in_slot = static_cast<int>(layout.x_in_slot) + lane * kElems * 2;
+  float* block_scales = reinterpret_cast<float*>(smem + layout.scales);  // [kBlockRows][k_blocks]
+  uint8_t* block_zeros = smem + layout.zeros;                            // [kBlockRows][k_blocks]
+  float* partial = reinterpret_cast<float*>(smem + layout.partial);      // [warps][8][kBlockRows]
+
   const int64_t row_bytes = wq.k / kElemsPerByte<F>;
-  const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
   const int64_t total_steps = (wq.k + kStepK - 1) / kStepK;
   const int64_t first_step = warp * steps_per_warp;
-  const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
-  // Per tile j: this lane's W row n0 + 8 j + g (null past N), the scale rows of its two output
-  // columns n0 + 8 j + 2 t (+ 1) (null past N) and its W row's zero points.
-  const uint8_t* w_lane[kTiles];
-  const float* scale0[kTiles];
-  const float* scale1[kTiles];
-  const uint8_t* zero_row[kTiles];
+  const int64_t left = total_steps - first_step;
+  const int64_t my_steps = left < 0 ? 0 : (left < steps_per_warp ? left : steps_per_warp);  // warp-uniform
+  const uint8_t* w_lane[kTiles];  // this lane's W row n0 + 8 j + g, null past N
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    const int64_t row = n0 + kTileRows * j + g, col0 = n0 + kTileRows * j + 2 * t, col1 = col0 + 1;
+    const int64_t row = n0 + kTileRows * j + g;
     w_lane[j] = row < wq.n ? static_cast<const uint8_t*>(wq.data) + row * row_bytes + t * kLaneBytes : nullptr;
-    scale0[j] = col0 < wq.n ? wq.scales + (col0 / wq.block_n) * k_blocks : nullptr;
-    scale1[j] = col1 < wq.n ? wq.scales + (col1 / wq.block_n) * k_blocks : nullptr;
-    zero_row[j] = (F == QuantFormat::kInt4 && row < wq.n) ? wq.zeros + row * k_blocks : nullptr;
   }
+  // x rows past M are zeros (W's converted zeros are (0 - zero) outside the product, x = 0 cancels them).
+  const bool x_row_ok = g < m;
+  const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
+  // Step i of the warp (W, and x of rows < M) into ring slot i % kStages: one commit group per step
+  // (empty past the range, so the wait below always counts kStages - 1 newer groups).
+  auto issue = [&](int64_t i) {
+    if (i < my_steps) {
+      const int64_t k0 = (first_step + i) * kStepK;
+      const bool piece_ok = k0 + kElems * t < wq.k;  // k % kElems == 0: a piece is all in or out
+      uint8_t* slot = ring + static_cast<int>(i % kStages) * slot_bytes;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const bool ok = piece_ok && w_lane[j] != nullptr;
+        cp_async<kLaneBytes>(slot + w_in_slot + j * 32 * kLaneBytes, ok ? w_lane[j] + k0 / kElemsPerByte<F> : wq.data,
+                             ok);
+      }
+      if (x_row_ok) {
+#pragma unroll
+        for (int q = 0; q < kXVecs; ++q)
+          cp_async<16>(slot + x_in_slot + 16 * q, piece_ok ? x_lane + k0 + 8 * q : x, piece_ok);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+  // The block's scales (per output column: W row n0 + r) and zero points (per W row), staged once
+  // while the ring fills, each thread's loads issued together (one memory latency, where a load per
+  // step or per loop trip would put one on every step).
+  constexpr int kStageBatch = 8;
+  const int64_t stage_count = kBlockRows * k_blocks;
+  for (int64_t base = 0; base < stage_count; base += kStageBatch * static_cast<int64_t>(blockDim.x)) {
+    float scale[kStageBatch];
+    uint8_t zero[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int64_t i = base + u * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+      const int64_t r = i / k_blocks, b = i - r * k_blocks, row = n0 + r;
+      const bool ok = i < stage_count && row < wq.n;
+      scale[u] = ok ? __ldg(wq.scales + (row / wq.block_n) * k_blocks + b) : 0.0f;
+      zero[u] = F == QuantFormat::kInt4 && ok ? __ldg(wq.zeros + row * k_blocks + b) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int64_t i = base + u * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+      if (i >= stage_count) break;
+      block_scales[i] = scale[u];
+      if constexpr (F == QuantFormat::kInt4) block_zeros[i] = zero[u];
+    }
+  }
+  __syncthreads();
 
   float c0[kTiles], c1[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) c0[j] = c1[j] = 0.0f;
-  for (int64_t i = 0; i < steps_per_warp; i += kSteps) {
-    // Every load of the batch first (W, x, scales, zero points): one memory latency per batch, not a
-    // dependent x / scale load per step. W is kSteps * kTiles * kLaneBytes bytes a lane.
-    uint32_t raw[kSteps][kTiles][P::kWords];
-    uint4 xv[kSteps][kElems / 8];
-    float s0[kSteps][kTiles], s1[kSteps][kTiles];
-    uint32_t zero[kSteps][kTiles];
+  for (int64_t i = 0; i < my_steps; ++i) {
+    issue(i + kStages - 1);
+    cp_async_wait<kStages - 1>();  // step i's group has landed
+    const int64_t block = (first_step + i) * kStepK / wq.block_k;  // the step's scale block (one)
+    const uint8_t* slot = ring + static_cast<int>(i % kStages) * slot_bytes;
+    uint4 xv[kXVecs];
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const int64_t step = first_step + i + u;
-      const bool step_ok = i + u < steps_per_warp && step < total_steps;
-      const int64_t k0 = step * kStepK;
-      const bool piece_ok = step_ok && k0 + kElems * t < wq.k;  // k % kElems == 0: all in or out
-      const int64_t block = step_ok ? k0 / wq.block_k : 0;      // the step's scale block (one)
+    for (int q = 0; q < kXVecs; ++q)
+      xv[q] = x_row_ok ? *reinterpret_cast<const uint4*>(slot + x_in_slot + 16 * q) : make_uint4(0, 0, 0, 0);
+    P piece;
+    piece.set_x(xv);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        if (piece_ok && w_lane[j] != nullptr) {
-          load_piece<kLaneBytes>(w_lane[j] + k0 / kElemsPerByte<F>, raw[u][j]);
-        } else {
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t raw[P::kWords];
+      load_slot<kLaneBytes>(slot + w_in_slot + j * 32 * kLaneBytes, raw);
+      const uint32_t zero = F == QuantFormat::kInt4 ? block_zeros[(kTileRows * j + g) * k_blocks + block] : 0u;
+      piece.convert_w(raw, zero);
+      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int q = 0; q < P::kWords; ++q) raw[u][j][q] = 0u;
-        }
-        s0[u][j] = step_ok && scale0[j] != nullptr ? __ldg(scale0[j] + block) : 0.0f;
-        s1[u][j] = step_ok && scale1[j] != nullptr ? __ldg(scale1[j] + block) : 0.0f;
-        zero[u][j] = step_ok && zero_row[j] != nullptr ? static_cast<uint32_t>(__ldg(zero_row[j] + block)) : 0u;
-      }
-      // Zero x outside the product: W's converted zeros are (0 - zero) there, x = 0 cancels them.
-#pragma unroll
-      for (int v = 0; v < kElems / 8; ++v) {
-        xv[u][v] = piece_ok && x_row_ok ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0) + v)
-                                        : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      if (i + u >= steps_per_warp || first_step + i + u >= total_steps) break;  // warp-uniform, as mma.sync requires
-      P piece;
-      piece.set_x(xv[u]);
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        piece.convert_w(raw[u][j], zero[u][j]);
-        float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int r = 0; r < kElems / 4; ++r)
-          mma_16816<T>(sums, piece.x[2 * r], piece.x[2 * r + 1], piece.w[2 * r], piece.w[2 * r + 1]);
-        // sums[0..1]: out[g, col0], out[g, col1] of this step; sums[2..3] are A's zero rows 8..15.
-        c0[j] = fmaf(sums[0], s0[u][j], c0[j]);
-        c1[j] = fmaf(sums[1], s1[u][j], c1[j]);
-      }
+      for (int r = 0; r < kElems / 4; ++r)
+        mma_16816<T>(sums, piece.x[2 * r], piece.x[2 * r + 1], piece.w[2 * r], piece.w[2 * r + 1]);
+      // sums[0..1]: out[g, col0], out[g, col1] of this step; sums[2..3] are A's zero rows 8..15.
+      const int col0 = kTileRows * j + 2 * t;
+      c0[j] = fmaf(sums[0], block_scales[col0 * k_blocks + block], c0[j]);
+      c1[j] = fmaf(sums[1], block_scales[(col0 + 1) * k_blocks + block], c1[j]);
     }
   }
+  cp_async_wait<0>();
 
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    partial[warp][g][kTileRows * j + 2 * t] = c0[j];
-    partial[warp][g][kTileRows * j + 2 * t + 1] = c1[j];
+    partial[(warp * kTileRows + g) * kBlockRows + kTileRows * j + 2 * t] = c0[j];
+    partial[(warp * kTileRows + g) * kBlockRows + kTileRows * j + 2 * t + 1] = c1[j];
   }
   __syncthreads();
   for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kBlockRows; i += static_cast<int>(blockDim.x)) {
     const int row = i / kBlockRows, col = i % kBlockRows;
     if (row < m && n0 + col < wq.n) {
-      const int num_warps = static_cast<int>(blockDim.x) / 32;
-      float sum = partial[0][row][col];
-      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by K alone
+      float sum = partial[row * kBlockRows + col];
+      // warp order: fixed by N and K alone
+      for (int v = 1; v < warps; ++v) sum += partial[(v * kTileRows + row) * kBlockRows + col];
       out[row * ld_out + n0 + col] = from_f32<T>(sum);
     }
   }
 }
 
-template <typename T, QuantFormat F, int kLaneBytes, int kTiles, int kSteps>
-cudaError_t launch_config(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                          cudaStream_t stream) {
+template <typename T, QuantFormat F, int kLaneBytes>
+cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
+                         cudaStream_t stream) {
   constexpr int64_t kStepK = 4 * kLaneBytes * kElemsPerByte<F>;
   const int64_t num_blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
   if (num_blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  int64_t warps = (steps + kSteps - 1) / kSteps;
-  warps = warps < 1 ? 1 : (warps > kMaxWarps ? kMaxWarps : warps);
+  const int64_t warps = split_warps(num_blocks, steps);
   const int64_t steps_per_warp = (steps + warps - 1) / warps;
-  quant_gemv_kernel<T, F, kLaneBytes, kTiles, kSteps>
-      <<<dim3(static_cast<unsigned>(num_blocks)), dim3(static_cast<unsigned>(warps * 32)), 0, stream>>>(
-          static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w, m, steps_per_warp);
+  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
+  const int64_t smem_bytes = gemv_smem(kLaneBytes, static_cast<int>(warps), k_blocks, F == QuantFormat::kInt4, m).total;
+  if (smem_bytes > kMaxSmemBytes) return cudaErrorInvalidValue;
+  auto kernel = quant_gemv_kernel<T, F, kLaneBytes>;
+  static std::atomic<uint64_t> raised{0};
+  const cudaError_t e = allow_dynamic_smem(kernel, kMaxSmemBytes, raised);
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(static_cast<unsigned>(num_blocks)), dim3(static_cast<unsigned>(warps * 32)),
+           static_cast<size_t>(smem_bytes), stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
+                                                      m, steps_per_warp);
   return cudaGetLastError();
-}
-
-// Tiles and steps per format, measured on an H100 with Qwen3-8B's MLP shapes (test_cuda_quant_gemm.cpp
-// PrintsGemvBandwidth, bf16 x, M = 1 / 8). fp8 takes 4 tiles (32 rows a block, one x load for four W
-// pieces) of 2 steps: [12288, 4096] 1530 -> 1630 GB/s, [4096, 12288] 1245 -> 1850 GB/s against
-// 1 tile of 8 steps with x and scales loaded per step. int4, whose x is 4 bytes per byte of W, takes
-// 2 tiles of 2 steps (120 registers; 4 tiles or 4 steps spill or halve occupancy): [4096, 12288]
-// 950 -> 1370 GB/s, but [12288, 4096] 1160 -> 1020 GB/s (one batch a warp there, and less W in
-// flight per lane than 8 steps of 1 tile gave). Converting e4m3 to bf16 by bits (one cvt and an
-// exact multiply by 2^112 instead of the f32 round trip) measured 5% slower: the conversions are not
-// the limit.
-template <typename T, QuantFormat F, int kLaneBytes>
-cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                         cudaStream_t stream) {
-  constexpr int kTiles = F == QuantFormat::kFp8Block && kLaneBytes == 16 ? 4 : 2;
-  constexpr int kSteps = kLaneBytes == 16 ? 2 : 4;
-  return launch_config<T, F, kLaneBytes, kTiles, kSteps>(out, ld_out, x, ld_x, w, m, stream);
 }
 
 // The one dispatch point: format and piece width, then dtype.
@@ -318,15 +317,8 @@ cudaError_t launch_for(void* out, int64_t ld_out, const void* x, int64_t ld_x, c
   return cudaErrorInvalidValue;
 }
 
-}  // namespace
-
-int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16) return 0;
-  if (w.format == QuantFormat::kMxfp4) return 0;
-  if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.block_n <= 0 || w.block_k <= 0) return 0;
-  if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
-  if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;
-  if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return 0;
+// The piece width whose layout the weight allows (widest first), 0 when none.
+int layout_lane_bytes(const QuantWeight& w) {
   const int elems_per_byte = w.format == QuantFormat::kInt4 ? 2 : 1;
   for (int lane_bytes : {16, 8, 4}) {
     if (w.format == QuantFormat::kFp8Block && lane_bytes == 4) continue;  // x pieces stay whole 16-byte loads
@@ -336,9 +328,35 @@ int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int6
   return 0;
 }
 
+bool fits_shared_memory(const QuantWeight& w, int lane_bytes) {
+  const int64_t step_k = 4 * static_cast<int64_t>(lane_bytes) * (w.format == QuantFormat::kInt4 ? 2 : 1);
+  const int64_t blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
+  const int64_t warps = split_warps(blocks, (w.k + step_k - 1) / step_k);
+  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
+  // At the most rows: whether the GEMV takes a product must not depend on M (batch invariance).
+  return gemv_smem(lane_bytes, static_cast<int>(warps), k_blocks, w.format == QuantFormat::kInt4, kQuantGemvMaxRows)
+             .total <= kMaxSmemBytes;
+}
+
+}  // namespace
+
+int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return 0;
+  if (w.format == QuantFormat::kMxfp4) return 0;
+  if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.block_n <= 0 || w.block_k <= 0) return 0;
+  if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
+  if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;
+  if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return 0;
+  const int lane_bytes = layout_lane_bytes(w);
+  if (lane_bytes == 0 || !fits_shared_memory(w, lane_bytes)) return 0;
+  return lane_bytes;
+}
+
 bool quant_gemv_device_supported(int device) {
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+  int major = 0, smem_optin = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8 &&
+         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+         smem_optin >= kMaxSmemBytes;
 }
 
 cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x,

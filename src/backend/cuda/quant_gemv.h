@@ -1,6 +1,6 @@
 // Quantized weights on the GPU: the decode-sized GEMV that streams them once and dequantizes in
 // registers (quant_gemv.cu), and the dequantization into a 16-bit or f32 copy that larger products
-// multiply through cuBLASLt (quant_dequant.cu). Layouts and dequantization are Backend's
+// multiply through cuBLASLt (quant_dequant.cu; INT4 batches on large weights: int4_gemm.h). Layouts and dequantization are Backend's
 // (backend.h matmul_fp8_block / matmul_int4); the CPU twin is backend/cpu/quant_gemm.h.
 //
 // Plain C++ header (no fmt/Tensor), like kernels.h: cuda_backend.cpp validates and calls it.
@@ -42,7 +42,8 @@ inline constexpr int64_t kQuantGemvMaxRows = 8;
 // does not take the product. It takes bf16/f16 x with 1 <= m <= 8, x 16-byte aligned with ld_x a
 // multiple of 8 (m > 1), a 16-byte aligned weight, and a step (4 lanes' pieces of k) that lies
 // inside one scale block: fp8 block_k a multiple of 32 (64 for 16-byte pieces), int4 group size a
-// multiple of 32 (64, 128), K a multiple of the piece. Everything else goes through dequantization.
+// multiple of 32 (64, 128), K a multiple of the piece, and K / block_k small enough for the block's
+// staged scales. Everything else goes through dequantization.
 int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m);
 
 // out[m, n] (row stride ld_out) = x[m, k] (row stride ld_x) . W^T, f32 accumulation, rounded once to
@@ -52,7 +53,7 @@ int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int6
 cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x,
                               const QuantWeight& w, int64_t m, cudaStream_t stream);
 
-// Compute capability 8.0+ (the mma.sync of gemv.cu; e4m3 pairs convert in one instruction on 8.9+).
+// Compute capability 8.0+ (the mma.sync of gemv.cu, cp.async) and 160 KiB of shared memory per block.
 // Asks the driver: call it once.
 bool quant_gemv_device_supported(int device);
 

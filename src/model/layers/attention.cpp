@@ -86,6 +86,7 @@ AttentionParams attention_params(const StepBatch& batch, const AttentionOptions&
   params.softcap = options.softcap;
   params.max_seqlen_q = batch.max_seqlen_q;
   params.max_seqlen_k = batch.max_seqlen_k;
+  params.short_rows_split_keys = batch.has_draft_rows;
   return params;
 }
 

@@ -1,5 +1,7 @@
 // Datasets: seeded random prompts within the range ratio, ShareGPT loading and filtering.
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -83,6 +85,35 @@ TEST(RandomDataset, TextForChatDecodesWithTokenizerOrFallsBackToWords) {
   EXPECT_EQ(count_words(words.requests[0].prompt_text), 16);
   ASSERT_EQ(words.notes.size(), 1u);
   EXPECT_NE(words.notes[0].find("approximate"), std::string::npos);
+}
+
+TEST(MixedDataset, ClassesAlikeOftenShuffledAndSeeded) {
+  MixedDatasetOptions options;
+  options.random.num_prompts = 23;
+  options.random.output_len = 8;
+  options.random.seed = 4;
+  options.input_lens = {300, 40, 7};
+  const Dataset mixed = make_mixed_dataset(options, nullptr).value();
+  ASSERT_EQ(mixed.requests.size(), 23u);
+  std::map<int, int> per_class;
+  std::string order;
+  for (const BenchRequest& r : mixed.requests) {
+    EXPECT_EQ(r.prompt_len, r.input_class);  // no range ratio: each prompt has its class's length
+    EXPECT_EQ(static_cast<int>(r.prompt_token_ids.size()), r.prompt_len);
+    EXPECT_EQ(r.output_len, 8);
+    ++per_class[r.input_class];
+    order += std::to_string(r.input_class) + " ";
+  }
+  EXPECT_EQ(per_class, (std::map<int, int>{{7, 7}, {40, 8}, {300, 8}}));
+  // Shuffled: not the classes in turn; and the same seed gives the same prompts in the same order.
+  EXPECT_NE(order.substr(0, 12), "300 40 7 300");
+  const Dataset again = make_mixed_dataset(options, nullptr).value();
+  for (size_t i = 0; i < mixed.requests.size(); ++i)
+    EXPECT_EQ(again.requests[i].prompt_token_ids, mixed.requests[i].prompt_token_ids);
+  options.random.num_prompts = 2;
+  EXPECT_FALSE(make_mixed_dataset(options, nullptr).has_value());  // fewer prompts than classes
+  options.input_lens.clear();
+  EXPECT_FALSE(make_mixed_dataset(options, nullptr).has_value());
 }
 
 TEST(ShareGpt, ValidityRule) {

@@ -94,6 +94,40 @@ TEST(ComputeMetrics, FollowsVllmDefinitions) {
   EXPECT_DOUBLE_EQ(m.max_output_tokens_per_s, 5.0);  // five chunks inside second 0
 }
 
+TEST(ComputeMetrics, MixedPromptLengthsGetTheirOwnLatencies) {
+  std::vector<RequestRecord> records;
+  auto add = [&](int input_class, double ttft_s, double e2el_s, int64_t output_tokens, bool success = true) {
+    RequestRecord r;
+    r.success = success;
+    r.prompt_len = input_class;
+    r.input_class = input_class;
+    r.ttft_s = ttft_s;
+    r.e2el_s = e2el_s;
+    r.output_tokens = output_tokens;
+    r.output_tokens_from_usage = true;
+    records.push_back(r);
+  };
+  add(64, 0.010, 0.110, 11);  // TPOT 10 ms
+  add(64, 0.030, 0.230, 11);  // TPOT 20 ms
+  add(8000, 2.0, 3.0, 101);   // TPOT 10 ms
+  add(8000, 9.0, 9.0, 1, false);  // failed: not counted
+  const BenchMetrics m = compute_metrics(records, 10.0, 3, {}, {99});
+  ASSERT_EQ(m.latency_by_input_class.size(), 2u);
+  const ClassLatency& long_prompts = m.latency_by_input_class[0];  // longest first
+  EXPECT_EQ(long_prompts.input_len, 8000);
+  EXPECT_EQ(long_prompts.completed, 1);
+  EXPECT_NEAR(long_prompts.ttft_p99_ms, 2000.0, 1e-9);
+  EXPECT_NEAR(long_prompts.tpot_p50_ms, 10.0, 1e-9);
+  const ClassLatency& short_prompts = m.latency_by_input_class[1];
+  EXPECT_EQ(short_prompts.input_len, 64);
+  EXPECT_EQ(short_prompts.completed, 2);
+  EXPECT_NEAR(short_prompts.ttft_p50_ms, 20.0, 1e-9);
+  EXPECT_NEAR(short_prompts.ttft_p99_ms, 10.0 + 20.0 * 0.99, 1e-9);
+  EXPECT_NEAR(short_prompts.tpot_p50_ms, 15.0, 1e-9);
+  // Without classes (any other dataset) there is no such section.
+  EXPECT_TRUE(compute_metrics(sample_records(), 2.0, 3, {}, {99}).latency_by_input_class.empty());
+}
+
 TEST(ComputeMetrics, GoodputCountsRequestsMeetingEverySlo) {
   GoodputSlo ttft_slo;
   ttft_slo.ttft_ms = 150;

@@ -36,13 +36,21 @@ TEST(SpeculativeConfig, DraftModelImpliedByAModel) {
   EXPECT_EQ(named->method, SpeculativeMethod::kDraftModel);
 }
 
+TEST(SpeculativeConfig, MtpNeedsOnlyK) {
+  auto mtp = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 2})");
+  ASSERT_TRUE(mtp.has_value()) << mtp.status().message();
+  EXPECT_EQ(mtp->method, SpeculativeMethod::kMtp);
+  EXPECT_EQ(mtp->num_speculative_tokens, 2);
+  EXPECT_EQ(speculative_method_name(mtp->method), "mtp");
+}
+
 TEST(SpeculativeConfig, BadInputIsAOneLineErrorNamingIt) {
   const std::pair<const char*, const char*> cases[] = {
       {"{not json", "not valid JSON"},
       {"[1, 2]", "must be a JSON object"},
       {R"({"method": "ngram", "num_speculative_tokens": 3, "lookahead": 2})", "unknown key 'lookahead'"},
       {R"({"method": "eagle", "num_speculative_tokens": 3})", "unknown method 'eagle'"},
-      {R"({"method": "mtp", "num_speculative_tokens": 1})", "'mtp' is not supported yet"},
+      {R"({"method": "mtp", "num_speculative_tokens": 1, "model": "x"})", "method mtp takes no model"},
       {R"({"method": 3, "num_speculative_tokens": 3})", "method must be a string"},
       {R"({"num_speculative_tokens": 3})", "needs a \"method\""},
       {R"({"method": "ngram"})", "needs num_speculative_tokens"},
