@@ -99,10 +99,18 @@ inline Tensor on(Backend& backend, const Tensor& host) {
   return cuda_test::to_device(backend, host.view());
 }
 
+// Dense expert weights in the backend's weight dtype (the CPU keeps f16 checkpoints' weights in f32).
+inline Tensor weight_on(Backend& backend, const MoeCase& c, const Tensor& host) {
+  if (c.mxfp4 || backend.weight_dtype(c.dtype) == host.dtype()) return on(backend, host);
+  return on(backend, cuda_test::converted(host, backend.weight_dtype(c.dtype)));
+}
+
 inline MoeOperands operands(Backend& backend, const MoeCase& c) {
-  return {on(backend, c.logits),       on(backend, c.x),         on(backend, c.gate_up),
-          on(backend, c.gate_up_scales), on(backend, c.down),    on(backend, c.down_scales),
-          on(backend, c.gate_up_bias), on(backend, c.down_bias), on(backend, c.residual)};
+  return {on(backend, c.logits),         on(backend, c.x),
+          weight_on(backend, c, c.gate_up), on(backend, c.gate_up_scales),
+          weight_on(backend, c, c.down),    on(backend, c.down_scales),
+          on(backend, c.gate_up_bias),   on(backend, c.down_bias),
+          on(backend, c.residual)};
 }
 
 inline Tensor host_copy(Backend& backend, const Tensor& t) {

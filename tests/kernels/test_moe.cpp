@@ -135,7 +135,9 @@ TEST(MoeOps, GroupLaysEachExpertsPairsOutInOrderInItsOwnTiles) {
       previous_expert = expert[tile];
     }
     EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << "every pair exactly once";
-    if (tokens == 1) EXPECT_EQ(used, c.top_k) << "one tile per chosen expert, none for the others";
+    if (tokens == 1) {
+      EXPECT_EQ(used, c.top_k) << "one tile per chosen expert, none for the others";
+    }
   }
 }
 

@@ -1163,8 +1163,9 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
             "[cuda] {}: out{} x{} weight{}", op, out.shape.to_string(), x.shape.to_string(), w.weight.shape.to_string());
   const int64_t num_experts = w.weight.size(0), n = w.weight.size(1), k = in.row_size;
   check_dtype(out, x.dtype, op, "out");
-  CHECK_MSG(is_float(x.dtype) && k % 32 == 0 && dst.row_size == (act ? n / 2 : n) && (!act || n % 2 == 0),
-            "[cuda] {}: out{} x{} weight{} (k % 32 == 0)", op, out.shape.to_string(), x.shape.to_string(),
+  CHECK_MSG(is_float(x.dtype) && (!w.mxfp4() || k % kMxfp4Group == 0) && dst.row_size == (act ? n / 2 : n) &&
+                (!act || n % 2 == 0),
+            "[cuda] {}: out{} x{} weight{}", op, out.shape.to_string(), x.shape.to_string(),
             w.weight.shape.to_string());
   if (w.mxfp4()) {
     check_quant_tensor(w.weight.reshape({num_experts * n, k / 2}), DType::kU8, num_experts * n, k / 2, op, "blocks");

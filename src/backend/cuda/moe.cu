@@ -12,8 +12,8 @@
 // rows, so its epilogue has both halves of act(gate) * up.
 // MXFP4 experts (bf16 activations): a lane's 8 elements of a step are 4 bytes of e2m1 nibbles under
 // one e8m0 scale (k0 is a multiple of 32: one group), converted exactly to bf16 in registers.
-// Other dtypes (f32, or f16 with MXFP4, whose range cannot hold every scaled value) take a plain
-// f32 FMA kernel over the same layout.
+// Other dtypes (f32, or f16 with MXFP4, whose range cannot hold every scaled value) and K % 32 != 0
+// (a tensor-parallel shard of a small expert) take a plain f32 FMA kernel over the same layout.
 #include <cfloat>
 
 #include "backend/cuda/activation.cuh"
@@ -424,11 +424,12 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
   const int64_t columns_per_block = args.fuse_act ? kTileRows / 2 : kTileRows;
   const int64_t column_blocks = (out_columns + columns_per_block - 1) / columns_per_block;
-  if (column_blocks > 65535 || args.num_tiles > 0x7fffffff || args.k % 32 != 0) return cudaErrorInvalidValue;
+  if (column_blocks > 65535 || args.num_tiles > 0x7fffffff || (args.scales != nullptr && args.k % 32 != 0))
+    return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>(column_blocks));
   const bool mxfp4 = args.scales != nullptr;
   // The tensor-core path needs 16-byte aligned rows of x (and of dense w).
-  const bool aligned = args.ld_x % 8 == 0 && reinterpret_cast<uintptr_t>(args.x) % 16 == 0 &&
+  const bool aligned = args.k % kStepK == 0 && args.ld_x % 8 == 0 && reinterpret_cast<uintptr_t>(args.x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(args.weight) % 16 == 0;
   const bool mma = aligned && (dtype == DType::kBF16 || (dtype == DType::kF16 && !mxfp4));
   const int64_t steps = args.k / kStepK;
