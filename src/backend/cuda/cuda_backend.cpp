@@ -1136,6 +1136,9 @@ void CudaBackend::moe_route(TensorView topk_ids, TensorView topk_weights, const 
             "[cuda] {}: logits{} topk_ids{}", op, logits.shape.to_string(), topk_ids.shape.to_string());
   check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
   check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  CHECK_MSG(rows.row_size <= 2048 && topk_ids.size(1) >= 1 && topk_ids.size(1) <= rows.row_size,
+            "[cuda] {}: top {} of {} experts (the routing kernel takes at most 2048 experts)", op, topk_ids.size(1),
+            rows.row_size);
   CUDA_CHECK(cuda::launch_moe_route(logits.dtype, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(), rows,
                                     topk_ids.size(1), routing, renormalize, stream()));
 }
@@ -1149,6 +1152,7 @@ void CudaBackend::moe_group(TensorView tile_pairs, TensorView tile_experts, cons
   check_index_vector(topk_ids, DType::kI32, pairs, op, "topk_ids");
   CHECK_MSG(num_tiles >= moe_max_tiles(pairs, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts", op,
             num_tiles, pairs, num_experts);
+  CHECK_MSG(num_experts <= 512, "[cuda] {}: {} experts; the grouping kernel takes at most 512", op, num_experts);
   CUDA_CHECK(cuda::launch_moe_group(tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles,
                                     topk_ids.ptr<int32_t>(), pairs, num_experts, stream()));
 }
@@ -1211,6 +1215,7 @@ void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorV
   CHECK_MSG(is_float(out.dtype), "[cuda] {}: dtype {}", op, dtype_name(out.dtype));
   check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
   check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  CHECK_MSG(topk_ids.size(1) <= 32, "[cuda] {}: {} experts per token; the combine takes at most 32", op, topk_ids.size(1));
   CUDA_CHECK(cuda::launch_moe_combine(out.dtype, dst, in, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
                                       topk_ids.size(1), stream()));
 }

@@ -4,7 +4,8 @@
 //
 // moe_expert_gemm is the decode GEMV of gemv.cu (read its header first) with the rows of x taken
 // through the grouped layout: a block owns one tile (one expert, up to 8 pairs: the mma's 8 real
-// rows of A) and 8 columns n of that expert's weight, its warps split K in ranges that depend on K
+// rows of A; for large batches 16 consecutive tiles, sharing the weights it loaded) and 8 columns n
+// of that expert's weight, its warps split K in ranges that depend on K
 // alone and add their partial sums in warp order. So each output element is a fixed-order sum over
 // its own x row and w row: batch invariant. Only the experts some token chose are read (a tile of an
 // unchosen expert does not exist; the grid's spare tiles return at once), each once per tile.
