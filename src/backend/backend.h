@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "backend/moe_kinds.h"
 #include "backend/op_kinds.h"
 
 namespace pagellm {
@@ -53,6 +55,25 @@ struct AttentionParams {
   // (A row that sees no key then gives zeros, as without sinks.)
   TensorView sinks;
 };
+
+// The stacked weights of one projection of all routed experts (backend.h moe_expert_gemm):
+//   dense: weight [E, N, K] (the backend's weight dtype), scales empty;
+//   MXFP4: weight = blocks [E, N, K / 2] u8 and scales [E, N, K / 32] u8, as matmul_mxfp4 per expert;
+//   bias [E, N] (x's dtype) or empty (data == nullptr).
+struct MoeExpertWeights {
+  TensorView weight;
+  TensorView scales;
+  TensorView bias;
+  bool mxfp4() const { return scales.data != nullptr; }
+};
+
+// Rows of one tile of the grouped expert layout (moe_group): a tile holds pairs of one expert.
+inline constexpr int64_t kMoeTileRows = 8;
+// Tiles the grouped layout of `pairs` pairs over `num_experts` experts may need: every non-empty
+// expert wastes less than one tile.
+inline int64_t moe_max_tiles(int64_t pairs, int64_t num_experts) {
+  return (pairs + kMoeTileRows - 1) / kMoeTileRows + (pairs < num_experts ? pairs : num_experts);
+}
 
 // A recorded sequence of queued ops (a CUDA graph) that replay() queues again, with the same
 // pointers and whatever the buffers they name hold at replay time.
@@ -288,6 +309,50 @@ class Backend {
   virtual void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
                                const TensorView& weights) {
     CHECK_MSG(false, "[{}] add_rows_scaled is not implemented on this backend", name());
+  }
+
+  // ---- Mixture of experts on the device (model/moe_ffn.h): routing, grouping by expert, one grouped
+  // GEMM launch per projection and the weighted combine, none of which reads anything back to the
+  // host, with launch grids fixed by T (so decode steps are graph-capturable). Pairs: token t's
+  // slot j is pair p = t * k + j.
+  //
+  // Router logits [T, E] (f32/bf16/f16) -> topk_ids [T, k] i32 and topk_weights [T, k] f32, slots in
+  // selection order (largest first, ties to the lower expert), the weights computed in f32 and
+  // rounded to the logits' dtype. kSoftmaxTopK: p = softmax(logits) (max-subtracted, summed in
+  // expert order), weights p_j, or p_j / (p_0 + ... + p_{k-1}) when renormalize; kTopKSoftmax:
+  // weights = softmax over the k selected logits (summed in slot order).
+  virtual void moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits, MoeRouting routing,
+                         bool renormalize) {
+    CHECK_MSG(false, "[{}] moe_route is not implemented on this backend", name());
+  }
+  // Groups the pairs by expert in a fixed-capacity layout of tiles of kMoeTileRows rows:
+  //   tile_pairs [num_tiles, kMoeTileRows] i32: each expert's pairs in ascending pair order, from the
+  //   start of a tile, its last tile padded with -1; tiles after the used ones are all -1;
+  //   tile_experts [num_tiles] i32: the expert of each used tile, -1 for the others.
+  // num_tiles must be at least moe_max_tiles(T * k, num_experts); topk_ids [T, k] i32 in [0, E).
+  virtual void moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
+                         int64_t num_experts) {
+    CHECK_MSG(false, "[{}] moe_group is not implemented on this backend", name());
+  }
+  // The grouped expert product, one launch for all experts: for every pair p in tile_pairs, with e
+  // its tile's expert and x row r = p / pairs_per_x_row,
+  //   y = round(x[r] . W_e^T) (+ bias[e], rounded) as matmul (or matmul_mxfp4) then add_bias do;
+  //   act == nullopt: out[p] = y; else y holds gate | up (N = 2 * out width, gate rows first) and
+  //   out[p] = act_mul(y) as the op act_mul computes it.
+  // out [T * k, out width] (x's dtype), x [rows, K]; each row's result does not depend on the other
+  // rows (batch invariant). Rows of out whose pair is in no tile are left as they are.
+  virtual void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w,
+                               const TensorView& tile_pairs, const TensorView& tile_experts, int64_t pairs_per_x_row,
+                               std::optional<Activation> act) {
+    CHECK_MSG(false, "[{}] moe_expert_gemm is not implemented on this backend", name());
+  }
+  // The combine, in place on out [T, H]: for each token, its slots in ascending expert order,
+  //   out[t] = round(out[t] + round(topk_weights[t, j] * y[t * k + j])), y [T * k, H].
+  // (Ascending experts: the order transformers' per-expert index_add uses; fixed, so deterministic and
+  // batch invariant.)
+  virtual void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                           const TensorView& topk_weights) {
+    CHECK_MSG(false, "[{}] moe_combine is not implemented on this backend", name());
   }
 
   // ids[R] (i32) = argmax over logits[R, V].

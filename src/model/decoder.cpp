@@ -66,7 +66,6 @@ class DecoderModel final : public Model {
     return spec;
   }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
-  bool is_graph_capturable() const override { return !moe_ffn_.has_value(); }
 
  private:
   bool is_moe_layer(int64_t index) const;

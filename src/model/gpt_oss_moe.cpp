@@ -6,7 +6,7 @@
 // or, as released (quantization_config mxfp4), experts.{gate_up,down}_proj_blocks [E, out, in / 32, 16]
 // U8 and _scales [E, out, in / 32] U8 (integrations/mxfp4.py: row `out` of the blocks is column `out`
 // of the dense parameter), kept 4-bit (Backend::matmul_mxfp4).
-// Each expert becomes one gate | up Linear (rows de-interleaved: gate rows first) and one down Linear.
+// The experts are stacked (moe_ffn.h ExpertStack): gate | up rows de-interleaved (gate rows first).
 #include <cstring>
 
 #include <fmt/format.h>
@@ -40,56 +40,62 @@ Expected<const TensorInfo*> raw_u8(const WeightLoader& loader, const std::string
   return info;
 }
 
-// Expert e of a [E, rows, row_bytes] U8 tensor: rows `source_rows` in that order, bytes `columns` of
-// each, as [source_rows, columns.count].
-Tensor expert_rows_u8(const TensorInfo& info, int64_t e, int64_t rows, int64_t row_bytes,
-                      const std::vector<int64_t>& source_rows, ShardRange columns) {
+// A [E, rows, row_bytes] U8 tensor as [E, source_rows, columns.count]: each expert's rows `source_rows`
+// in that order, bytes `columns` of each.
+Tensor stacked_rows_u8(const TensorInfo& info, int64_t num_experts, int64_t rows, int64_t row_bytes,
+                       const std::vector<int64_t>& source_rows, ShardRange columns) {
   const auto out_rows = static_cast<int64_t>(source_rows.size());
-  Tensor host = Tensor::cpu({out_rows, columns.count}, DType::kU8);
-  const auto* src = static_cast<const uint8_t*>(info.data) + e * rows * row_bytes;
-  for (int64_t j = 0; j < out_rows; ++j)
-    std::memcpy(host.ptr<uint8_t>() + j * columns.count, src + source_rows[static_cast<size_t>(j)] * row_bytes + columns.begin,
-                static_cast<size_t>(columns.count));
+  Tensor host = Tensor::cpu({num_experts, out_rows, columns.count}, DType::kU8);
+  const auto* src = static_cast<const uint8_t*>(info.data);
+  for (int64_t e = 0; e < num_experts; ++e)
+    for (int64_t j = 0; j < out_rows; ++j)
+      std::memcpy(host.ptr<uint8_t>() + (e * out_rows + j) * columns.count,
+                  src + (e * rows + source_rows[static_cast<size_t>(j)]) * row_bytes + columns.begin,
+                  static_cast<size_t>(columns.count));
   return host;
 }
 
-// `inputs`: the input columns the shard keeps (whole-group multiples of 32).
-Expected<layers::Linear> mxfp4_linear(WeightLoader& loader, const std::string& name, int64_t num_experts, int64_t e,
-                                      int64_t out_features, int64_t in_features, const std::vector<int64_t>& source_rows,
-                                      ShardRange inputs) {
+// `inputs`: the input columns the shard keeps (whole groups of 32).
+Expected<ExpertStack> mxfp4_stack(WeightLoader& loader, const std::string& name, int64_t num_experts,
+                                  int64_t out_features, int64_t in_features, const std::vector<int64_t>& source_rows,
+                                  ShardRange inputs) {
   if (in_features % kMxfp4Group != 0)
     return invalid_argument("[checkpoint] {}: MXFP4 needs an input width divisible by 32, got {}", name, in_features);
   const int64_t groups = in_features / kMxfp4Group;
   PAGELLM_ASSIGN_OR_RETURN(const TensorInfo* blocks,
                            raw_u8(loader, name + "_blocks", {num_experts, out_features, groups, kMxfp4Group / 2}));
   PAGELLM_ASSIGN_OR_RETURN(const TensorInfo* scales, raw_u8(loader, name + "_scales", {num_experts, out_features, groups}));
-  layers::Linear linear;
-  linear.format = layers::WeightFormat::kMxfp4;
-  linear.weight = loader.upload(expert_rows_u8(*blocks, e, out_features, in_features / 2, source_rows,
+  ExpertStack stack;
+  stack.weight = loader.upload(stacked_rows_u8(*blocks, num_experts, out_features, in_features / 2, source_rows,
                                                {inputs.begin / 2, inputs.count / 2}));
-  linear.scales = loader.upload(expert_rows_u8(*scales, e, out_features, groups, source_rows,
+  stack.scales = loader.upload(stacked_rows_u8(*scales, num_experts, out_features, groups, source_rows,
                                                {inputs.begin / kMxfp4Group, inputs.count / kMxfp4Group}));
-  return linear;
+  return stack;
 }
 
-// Expert e of a dense [E, in, out] parameter as the [source_rows, inputs.count] weight of a Linear:
-// output columns `source_rows`, input rows `inputs`.
-Tensor dense_expert_weight(Backend& backend, const std::vector<float>& all, int64_t e, int64_t in_features,
-                           int64_t out_features, const std::vector<int64_t>& source_rows, ShardRange inputs, DType dtype) {
+// A dense [E, in, out] parameter as the stacked [E, source_rows, inputs.count] weight: output columns
+// `source_rows`, input rows `inputs`.
+Tensor dense_stack(Backend& backend, const std::vector<float>& all, int64_t num_experts, int64_t in_features,
+                   int64_t out_features, const std::vector<int64_t>& source_rows, ShardRange inputs, DType dtype) {
   const auto out_rows = static_cast<int64_t>(source_rows.size());
-  std::vector<float> w(static_cast<size_t>(out_rows * inputs.count));
-  const float* src = all.data() + e * in_features * out_features;
-  for (int64_t j = 0; j < out_rows; ++j)
-    for (int64_t k = 0; k < inputs.count; ++k)
-      w[static_cast<size_t>(j * inputs.count + k)] = src[(inputs.begin + k) * out_features + source_rows[static_cast<size_t>(j)]];
-  return upload_matrix(backend, w, Shape{out_rows, inputs.count}, dtype);
+  std::vector<float> w(static_cast<size_t>(num_experts * out_rows * inputs.count));
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const float* src = all.data() + e * in_features * out_features;
+    float* dst = w.data() + e * out_rows * inputs.count;
+    for (int64_t j = 0; j < out_rows; ++j)
+      for (int64_t k = 0; k < inputs.count; ++k)
+        dst[j * inputs.count + k] = src[(inputs.begin + k) * out_features + source_rows[static_cast<size_t>(j)]];
+  }
+  return upload_matrix(backend, w, Shape{num_experts, out_rows, inputs.count}, dtype);
 }
 
-Tensor expert_bias(Backend& backend, const std::vector<float>& all, int64_t e, int64_t width,
-                   const std::vector<int64_t>& source_rows, DType dtype) {
+// A [E, width] bias as [E, source_rows].
+Tensor bias_stack(Backend& backend, const std::vector<float>& all, int64_t num_experts, int64_t width,
+                  const std::vector<int64_t>& source_rows, DType dtype) {
   std::vector<float> b;
-  for (int64_t j : source_rows) b.push_back(all[static_cast<size_t>(e * width + j)]);
-  return upload_matrix(backend, b, Shape{static_cast<int64_t>(b.size())}, dtype);
+  for (int64_t e = 0; e < num_experts; ++e)
+    for (int64_t j : source_rows) b.push_back(all[static_cast<size_t>(e * width + j)]);
+  return upload_matrix(backend, b, Shape{num_experts, static_cast<int64_t>(source_rows.size())}, dtype);
 }
 
 }  // namespace
@@ -120,29 +126,21 @@ Expected<MoeWeights> load_gpt_oss_moe_weights(WeightLoader& loader, Backend& bac
     return invalid_argument("[checkpoint] config.json says mxfp4, but {}_blocks is missing", gate_up);
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> gate_up_bias, loader.load_host_f32(gate_up + "_bias", {num_experts, 2 * width}));
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> down_bias, loader.load_host_f32(down + "_bias", {num_experts, h}));
-  std::vector<float> gate_up_dense, down_dense;
-  if (!mxfp4) {
-    PAGELLM_ASSIGN_OR_RETURN(gate_up_dense, loader.load_host_f32(gate_up, {num_experts, h, 2 * width}));
-    PAGELLM_ASSIGN_OR_RETURN(down_dense, loader.load_host_f32(down, {num_experts, width, h}));
-  }
   // A tensor-parallel rank keeps its columns of each expert's width: gate and up rows with their biases,
   // down's input columns; down's bias joins the partial sums on rank 0 only.
   PAGELLM_ASSIGN_OR_RETURN(const ShardRange mine, gpt_oss_expert_shard(width, loader.tp_rank(), loader.tp_size()));
   const std::vector<int64_t> gate_up_rows = gate_up_source_rows(mine), down_rows = all_rows(h);
-  for (int64_t e = 0; e < num_experts; ++e) {
-    SwiGluWeights expert;
-    if (mxfp4) {
-      PAGELLM_ASSIGN_OR_RETURN(expert.gate_up,
-                               mxfp4_linear(loader, gate_up, num_experts, e, 2 * width, h, gate_up_rows, {0, h}));
-      PAGELLM_ASSIGN_OR_RETURN(expert.down, mxfp4_linear(loader, down, num_experts, e, h, width, down_rows, mine));
-    } else {
-      expert.gate_up.weight = dense_expert_weight(backend, gate_up_dense, e, h, 2 * width, gate_up_rows, {0, h}, dtype);
-      expert.down.weight = dense_expert_weight(backend, down_dense, e, width, h, down_rows, mine, dtype);
-    }
-    expert.gate_up.bias = expert_bias(backend, gate_up_bias, e, 2 * width, gate_up_rows, dtype);
-    if (loader.tp_rank() == 0) expert.down.bias = expert_bias(backend, down_bias, e, h, down_rows, dtype);
-    w.experts.push_back(std::move(expert));
+  if (mxfp4) {
+    PAGELLM_ASSIGN_OR_RETURN(w.gate_up, mxfp4_stack(loader, gate_up, num_experts, 2 * width, h, gate_up_rows, {0, h}));
+    PAGELLM_ASSIGN_OR_RETURN(w.down, mxfp4_stack(loader, down, num_experts, h, width, down_rows, mine));
+  } else {
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> gate_up_dense, loader.load_host_f32(gate_up, {num_experts, h, 2 * width}));
+    PAGELLM_ASSIGN_OR_RETURN(std::vector<float> down_dense, loader.load_host_f32(down, {num_experts, width, h}));
+    w.gate_up.weight = dense_stack(backend, gate_up_dense, num_experts, h, 2 * width, gate_up_rows, {0, h}, dtype);
+    w.down.weight = dense_stack(backend, down_dense, num_experts, width, h, down_rows, mine, dtype);
   }
+  w.gate_up.bias = bias_stack(backend, gate_up_bias, num_experts, 2 * width, gate_up_rows, dtype);
+  if (loader.tp_rank() == 0) w.down.bias = bias_stack(backend, down_bias, num_experts, h, down_rows, dtype);
   return w;
 }
 

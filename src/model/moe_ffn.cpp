@@ -14,66 +14,10 @@ namespace pagellm {
 
 namespace {
 
-// Activation buffers of the block, by index.
-enum Buffer : size_t { kRouter, kSharedGate, kSharedGateUp, kSharedAct, kGathered, kExpertGateUp, kExpertAct, kExpertOut };
-
-// The experts each token picked and their weights (spec B.13), from router logits [T, E] in f32.
-struct Routing {
-  std::vector<std::vector<int32_t>> rows;  // [E][tokens routed to e]
-  std::vector<std::vector<float>> weights; // [E][same], rounded to the activation dtype
-};
-
-// gpt-oss: the top-k logits (ties to the lower expert), then a softmax over those k.
-Routing route_top_k_softmax(const std::vector<float>& logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
-                            DType activation_dtype) {
-  Routing routing;
-  routing.rows.resize(static_cast<size_t>(num_experts));
-  routing.weights.resize(static_cast<size_t>(num_experts));
-  std::vector<int32_t> order(static_cast<size_t>(num_experts));
-  std::vector<float> p(static_cast<size_t>(top_k));
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* row = logits.data() + t * num_experts;
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return row[x] > row[y]; });
-    const float max_logit = row[order[0]];
-    float sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) sum += p[static_cast<size_t>(j)] = std::exp(row[order[static_cast<size_t>(j)]] - max_logit);
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int32_t e = order[static_cast<size_t>(j)];
-      routing.rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
-      routing.weights[static_cast<size_t>(e)].push_back(round_to_dtype(p[static_cast<size_t>(j)] / sum, activation_dtype));
-    }
-  }
-  return routing;
-}
-
-Routing route(const std::vector<float>& logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
-              bool renormalise, DType activation_dtype) {
-  Routing routing;
-  routing.rows.resize(static_cast<size_t>(num_experts));
-  routing.weights.resize(static_cast<size_t>(num_experts));
-  std::vector<float> p(static_cast<size_t>(num_experts));
-  std::vector<int32_t> order(static_cast<size_t>(num_experts));
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float* row = logits.data() + t * num_experts;
-    const float max_logit = *std::max_element(row, row + num_experts);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < num_experts; ++e) sum += p[static_cast<size_t>(e)] = std::exp(row[e] - max_logit);
-    for (float& value : p) value /= sum;
-    std::iota(order.begin(), order.end(), 0);
-    // Highest probability first; ties to the lower expert index.
-    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return p[static_cast<size_t>(x)] > p[static_cast<size_t>(y)]; });
-    float top_sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) top_sum += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int32_t e = order[static_cast<size_t>(j)];
-      const float weight = renormalise ? p[static_cast<size_t>(e)] / top_sum : p[static_cast<size_t>(e)];
-      routing.rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
-      routing.weights[static_cast<size_t>(e)].push_back(round_to_dtype(weight, activation_dtype));
-    }
-  }
-  return routing;
-}
+// Activation buffers of the block, by index (act_: activation dtype; routing_: i32; weights_: f32).
+enum Buffer : size_t { kRouter, kSharedGate, kSharedGateUp, kSharedAct, kExpertAct, kExpertOut };
+enum RoutingBuffer : size_t { kTopkIds, kTilePairs, kTileExperts };
+enum WeightBuffer : size_t { kTopkWeights };
 
 // A tensor-parallel rank keeps its columns of the expert's width (gate and up rows, down's input
 // columns), so the expert's output is a partial sum the decoder adds up over the ranks.
@@ -91,22 +35,15 @@ Expected<SwiGluWeights> load_swiglu(WeightLoader& loader, const std::string& p, 
   return w;
 }
 
-// transformers >= 5 may store the experts fused: gate_up_proj [E, 2 I, H] (gate rows first), down_proj [E, H, I].
+// transformers >= 5 may store the experts fused: gate_up_proj [E, 2 I, H] (gate rows first), down_proj [E, H, I]:
+// already the stacked layout.
 Status load_fused_experts(WeightLoader& loader, Backend& backend, DType weight_dtype, const std::string& p,
                           int64_t num_experts, int64_t hidden, int64_t width, MoeWeights& out) {
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> gate_up,
                            loader.load_host_f32(p + "experts.gate_up_proj", {num_experts, 2 * width, hidden}));
   PAGELLM_ASSIGN_OR_RETURN(std::vector<float> down, loader.load_host_f32(p + "experts.down_proj", {num_experts, hidden, width}));
-  const auto per_gate_up = static_cast<size_t>(2 * width * hidden), per_down = static_cast<size_t>(hidden * width);
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const auto ue = static_cast<size_t>(e);
-    SwiGluWeights w;
-    w.gate_up.weight = upload_matrix(backend, {gate_up.begin() + ue * per_gate_up, gate_up.begin() + (ue + 1) * per_gate_up},
-                              Shape{2 * width, hidden}, weight_dtype);
-    w.down.weight = upload_matrix(backend, {down.begin() + ue * per_down, down.begin() + (ue + 1) * per_down},
-                           Shape{hidden, width}, weight_dtype);
-    out.experts.push_back(std::move(w));
-  }
+  out.gate_up.weight = upload_matrix(backend, gate_up, Shape{num_experts, 2 * width, hidden}, weight_dtype);
+  out.down.weight = upload_matrix(backend, down, Shape{num_experts, hidden, width}, weight_dtype);
   return Status::ok();
 }
 
@@ -123,10 +60,14 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
                            "supported yet (per-expert tensors are)", p);
     PAGELLM_RETURN_IF_ERROR(load_fused_experts(loader, backend, weight_dtype, p, e_count, h, width, w));
   } else {
+    std::vector<Tensor> gate_up, down;
     for (int64_t e = 0; e < e_count; ++e) {
       PAGELLM_ASSIGN_OR_RETURN(SwiGluWeights expert, load_swiglu(loader, fmt::format("{}experts.{}.", p, e), h, width));
-      w.experts.push_back(std::move(expert));
+      gate_up.push_back(std::move(expert.gate_up.weight));
+      down.push_back(std::move(expert.down.weight));
     }
+    w.gate_up.weight = stack_experts(backend, gate_up);
+    w.down.weight = stack_experts(backend, down);
   }
   if (c.shared_expert_intermediate_size > 0) {
     PAGELLM_ASSIGN_OR_RETURN(w.shared, load_swiglu(loader, p + "shared_expert.", h, c.shared_expert_intermediate_size));
@@ -135,8 +76,29 @@ Expected<MoeWeights> load_moe_weights(WeightLoader& loader, Backend& backend, DT
   return w;
 }
 
+Tensor stack_experts(Backend& backend, const std::vector<Tensor>& parts) {
+  CHECK(!parts.empty());
+  const Shape part = parts.front().shape();
+  CHECK(part.ndim < kMaxDims);
+  Shape dims;  // [E, part...]
+  dims.ndim = part.ndim + 1;
+  dims[0] = static_cast<int64_t>(parts.size());
+  for (int d = 0; d < part.ndim; ++d) dims[d + 1] = part[d];
+  Tensor stacked = backend.alloc(dims, parts.front().dtype());
+  for (size_t e = 0; e < parts.size(); ++e) {
+    CHECK(parts[e].shape() == part && parts[e].dtype() == stacked.dtype());
+    backend.copy(stacked.view().slice_rows(static_cast<int64_t>(e), static_cast<int64_t>(e) + 1).reshape(part), parts[e].view());
+  }
+  return stacked;
+}
+
 MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style)
-    : config_(config), style_(style), backend_(backend), act_(backend, config.dtype) {
+    : config_(config),
+      style_(style),
+      backend_(backend),
+      act_(backend, config.dtype),
+      routing_(backend, DType::kI32),
+      weights_(backend, DType::kF32) {
   const int64_t h = config.hidden_size;
   // A tensor-parallel rank computes its columns of each expert's width (the shared expert's too).
   auto local = [&](int64_t width) {
@@ -148,46 +110,36 @@ MoeFfn::MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style)
     act_.define(kSharedGateUp, 2 * local(config.shared_expert_intermediate_size));
     act_.define(kSharedAct, local(config.shared_expert_intermediate_size));
   }
-  act_.define(kGathered, h);
   const Expected<ShardRange> gpt_oss_columns = gpt_oss_expert_shard(
       config.moe_intermediate_size, backend.tensor_parallel_rank(), backend.tensor_parallel_size());
   const int64_t width = style != MoeStyle::kGptOss ? local(config.moe_intermediate_size)
                         : gpt_oss_columns.has_value() ? gpt_oss_columns->count
                                                       : 0;  // make_decoder refuses that split first
-  act_.define(kExpertGateUp, 2 * width);
-  act_.define(kExpertAct, width);
-  act_.define(kExpertOut, h);
+  act_.define(kExpertAct, width);  // [T * k, I]: one row per (token, slot) pair
+  act_.define(kExpertOut, h);      // [T * k, H]
+  routing_.define(kTopkIds, config.num_experts_per_tok);
+  routing_.define(kTilePairs, kMoeTileRows);
+  routing_.define(kTileExperts, 1);
+  weights_.define(kTopkWeights, config.num_experts_per_tok);
 }
 
-TensorView MoeFfn::upload(const Tensor& host) {
-  if (backend_.device() == Device::kCpu) {
-    step_inputs_.push_back(host);
-  } else {
-    step_inputs_.push_back(backend_.alloc(host.shape(), host.dtype()));
-    backend_.copy(step_inputs_.back().view(), host.view());
-  }
-  return step_inputs_.back().view();
-}
-
-void MoeFfn::swiglu(const SwiGluWeights& w, const TensorView& x, TensorView y, size_t gate_up_buffer,
-                    size_t act_buffer) {
+void MoeFfn::shared_swiglu(const SwiGluWeights& w, const TensorView& x, TensorView y) {
   const int64_t rows = x.size(0);
-  TensorView gate_up = act_.rows(gate_up_buffer, rows);  // [rows, 2 I]
-  TensorView act = act_.rows(act_buffer, rows);          // [rows, I]
+  TensorView gate_up = act_.rows(kSharedGateUp, rows);  // [rows, 2 I]
+  TensorView act = act_.rows(kSharedAct, rows);         // [rows, I]
   w.gate_up.forward(backend_, gate_up, x);
-  backend_.act_mul(act, gate_up, style_ == MoeStyle::kGptOss ? Activation::kClampedSwiglu : Activation::kSilu);
+  backend_.act_mul(act, gate_up, Activation::kSilu);
   w.down.forward(backend_, y, act);
 }
 
 void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) {
   const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
-  backend_.synchronize();  // the previous layer's routing tensors may still be read on a device
-  step_inputs_.clear();
+  const int64_t top_k = config_.num_experts_per_tok, pairs = num_tokens * top_k;
   // The shared expert writes `out` first; the routed experts add into it (into zeros without one, as
   // transformers' index_add into a zero tensor: 0 x the finite normed rows).
   if (w.has_shared_expert()) {
     TensorView shared_gate = act_.rows(kSharedGate, num_tokens);  // [T, 1]
-    swiglu(w.shared, normed, out, kSharedGateUp, kSharedAct);
+    shared_swiglu(w.shared, normed, out);
     backend_.matmul(shared_gate, normed, w.shared_gate);
     backend_.sigmoid_mul(out, out, shared_gate);
   } else {
@@ -196,29 +148,21 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
 
   TensorView router = act_.rows(kRouter, num_tokens);  // [T, E]
   w.router.forward(backend_, router, normed);
-  Tensor router_host = Tensor::cpu(router.shape, router.dtype);
-  backend_.copy(router_host.view(), router);
-  std::vector<float> logits(static_cast<size_t>(router_host.numel()));
-  convert_to_f32(router_host.ptr<void>(), router_host.dtype(), logits.data(), logits.size());
-  const Routing routing =
-      style_ == MoeStyle::kGptOss
-          ? route_top_k_softmax(logits, num_tokens, num_experts, config_.num_experts_per_tok, config_.dtype)
-          : route(logits, num_tokens, num_experts, config_.num_experts_per_tok, config_.norm_topk_prob, config_.dtype);
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const std::vector<int32_t>& rows = routing.rows[static_cast<size_t>(e)];
-    if (rows.empty()) continue;
-    const auto n = static_cast<int64_t>(rows.size());
-    Tensor ids_host = Tensor::cpu({n}, DType::kI32), weights_host = Tensor::cpu({n}, DType::kF32);
-    std::copy(rows.begin(), rows.end(), ids_host.ptr<int32_t>());
-    const std::vector<float>& weights = routing.weights[static_cast<size_t>(e)];
-    std::copy(weights.begin(), weights.end(), weights_host.ptr<float>());
-    const TensorView ids = upload(ids_host), row_weights = upload(weights_host);
-    TensorView gathered = act_.rows(kGathered, n);  // [n, H]
-    TensorView expert_out = act_.rows(kExpertOut, n);
-    backend_.embedding(gathered, normed, ids);      // a row gather
-    swiglu(w.experts[static_cast<size_t>(e)], gathered, expert_out, kExpertGateUp, kExpertAct);
-    backend_.add_rows_scaled(out, expert_out, ids, row_weights);
-  }
+  TensorView topk_ids = routing_.rows(kTopkIds, num_tokens);         // [T, k] i32
+  TensorView topk_weights = weights_.rows(kTopkWeights, num_tokens); // [T, k] f32
+  const bool gpt_oss = style_ == MoeStyle::kGptOss;
+  backend_.moe_route(topk_ids, topk_weights, router, gpt_oss ? MoeRouting::kTopKSoftmax : MoeRouting::kSoftmaxTopK,
+                     !gpt_oss && config_.norm_topk_prob);
+  const int64_t num_tiles = moe_max_tiles(pairs, num_experts);
+  TensorView tile_pairs = routing_.rows(kTilePairs, num_tiles);  // [tiles, kMoeTileRows] i32
+  TensorView tile_experts = routing_.rows(kTileExperts, num_tiles).reshape({num_tiles});
+  backend_.moe_group(tile_pairs, tile_experts, topk_ids, num_experts);
+  TensorView act = act_.rows(kExpertAct, pairs);        // [T * k, I]
+  TensorView expert_out = act_.rows(kExpertOut, pairs); // [T * k, H]
+  backend_.moe_expert_gemm(act, normed, w.gate_up.view(), tile_pairs, tile_experts, top_k,
+                           gpt_oss ? Activation::kClampedSwiglu : Activation::kSilu);
+  backend_.moe_expert_gemm(expert_out, act, w.down.view(), tile_pairs, tile_experts, 1, std::nullopt);
+  backend_.moe_combine(out, expert_out, topk_ids, topk_weights);
 }
 
 }  // namespace pagellm

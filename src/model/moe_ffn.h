@@ -10,8 +10,11 @@
 //   logits  = x W_router^T + b_router;  top-k logits, softmax over those k
 //   routed  = sum_j w_j · down_e(clamped_swiglu(gate_up_e x + b_gu) ) + b_down   (backend.h kClampedSwiglu)
 //
-// Routing is planned on the host (the router logits come back once per layer): per expert, the
-// rows that chose it are gathered, run through that expert's SwiGLU, and added back scaled.
+// Everything runs on the device, without a read back to the host (so decode steps are captured in
+// graphs): moe_route picks each token's experts, moe_group lays the (token, slot) pairs out by expert
+// in tiles, one grouped GEMM launch computes every expert's gate | up with the activation fused, a
+// second the down projection, and moe_combine adds the weighted results into `out` per token in
+// ascending expert order (transformers' order, so the f32 and bf16 results are its bits).
 #pragma once
 
 #include <string>
@@ -35,10 +38,24 @@ enum class MoeStyle {
   kGptOss,  // top-k logits, softmax over those k; clamped SwiGLU
 };
 
+// One projection of all routed experts, stacked so one grouped GEMM launch serves them
+// (backend.h MoeExpertWeights).
+struct ExpertStack {
+  Tensor weight;  // dense [E, N, K] (weight dtype), or MXFP4 blocks [E, N, K / 2] u8
+  Tensor scales;  // MXFP4: [E, N, K / 32] u8 e8m0; undefined when dense
+  Tensor bias;    // [E, N] or undefined
+  MoeExpertWeights view() const { return {weight.view(), scales.view(), bias.view()}; }
+};
+
+// Stacks per-expert tensors of one shape into [E, ...] on the backend's device (the parts are copied,
+// so the caller may drop them afterwards).
+Tensor stack_experts(Backend& backend, const std::vector<Tensor>& parts);
+
 struct MoeWeights {
-  layers::Linear router;               // [E, H] (+ bias [E] for gpt-oss)
-  std::vector<SwiGluWeights> experts;  // [E], width moe_intermediate_size
-  SwiGluWeights shared;                // width shared_expert_intermediate_size (undefined: none)
+  layers::Linear router;  // [E, H] (+ bias [E] for gpt-oss)
+  ExpertStack gate_up;    // [E, 2 I, H]: gate rows | up rows; I = moe_intermediate_size (a rank's share)
+  ExpertStack down;       // [E, H, I]
+  SwiGluWeights shared;   // width shared_expert_intermediate_size (undefined: none)
   Tensor shared_gate;                  // [1, H]
   bool has_shared_expert() const { return shared_gate.defined(); }
 };
@@ -65,16 +82,15 @@ class MoeFfn {
   void forward(const MoeWeights& weights, const TensorView& normed, TensorView out);
 
  private:
-  // One SwiGLU expert over `rows` rows of `x` into y.
-  void swiglu(const SwiGluWeights& weights, const TensorView& x, TensorView y, size_t gate_up_buffer,
-              size_t act_buffer);
-  TensorView upload(const Tensor& host);
+  // The shared expert's SwiGLU over `x` into y.
+  void shared_swiglu(const SwiGluWeights& weights, const TensorView& x, TensorView y);
 
   ModelConfig config_;
   MoeStyle style_;
   Backend& backend_;
-  Activations act_;
-  std::vector<Tensor> step_inputs_;  // routing tensors of the current forward, kept alive until the next
+  Activations act_;      // activation dtype
+  Activations routing_;  // i32 / f32 routing buffers (one Activations per dtype)
+  Activations weights_;
 };
 
 }  // namespace pagellm

@@ -80,8 +80,6 @@ class Qwen35Model final : public Model {
   Status load(const Checkpoint& checkpoint);
   const ModelConfig& config() const override { return config_; }
   MemorySpec memory_spec() const override;
-  // MoE routing reads the router's top-k back to the host inside forward().
-  bool is_graph_capturable() const override { return !moe_.has_value(); }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
   // The MTP head (mtp_model.h): loads mtp.* (an error naming the first missing tensor) and from then

@@ -5,9 +5,8 @@
 // and all together in 8-token steps so chunked prefills mix with decodes and graph-bucket padding
 // rows); prefill in one piece == prefill in chunks of 1, 7 and 64 tokens. Skips without a GPU.
 //
-// Qwen3-Next's MoE routes on the host (MoeFfn::forward synchronises and copies the router logits),
-// which a CUDA graph cannot capture: its model says is_graph_capturable() == false, and the runner
-// then decodes it without graphs.
+// Qwen3-Next's MoE routes on the device (backend.h moe_route), so its decode steps run in CUDA
+// graphs like Qwen3.5's.
 #include <algorithm>
 #include <cstdio>
 

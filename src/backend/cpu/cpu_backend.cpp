@@ -9,6 +9,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/fp8_group_quant.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rows.h"
@@ -307,6 +308,27 @@ void CpuBackend::sigmoid_mul(TensorView out, const TensorView& x, const TensorVi
       row[i] *= round_to_dtype(1.0f / (1.0f + std::exp(-gate_row[per_row ? 0 : i])), gate.dtype);
     store_row_f32(out, dst, r, row);
   });
+}
+
+void CpuBackend::moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits, MoeRouting routing,
+                           bool renormalize) {
+  cpu::moe_route(topk_ids, topk_weights, logits, routing, renormalize);
+}
+
+void CpuBackend::moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
+                           int64_t num_experts) {
+  cpu::moe_group(tile_pairs, tile_experts, topk_ids, num_experts);
+}
+
+void CpuBackend::moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w,
+                                 const TensorView& tile_pairs, const TensorView& tile_experts, int64_t pairs_per_x_row,
+                                 std::optional<Activation> act) {
+  cpu::moe_expert_gemm(*this, out, x, w, tile_pairs, tile_experts, pairs_per_x_row, act);
+}
+
+void CpuBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                             const TensorView& topk_weights) {
+  cpu::moe_combine(out, y, topk_ids, topk_weights);
 }
 
 void CpuBackend::add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,

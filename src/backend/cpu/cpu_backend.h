@@ -50,6 +50,14 @@ class CpuBackend final : public Backend {
   void sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) override;
   void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
                        const TensorView& weights) override;
+  void moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits, MoeRouting routing,
+                 bool renormalize) override;
+  void moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
+                 int64_t num_experts) override;
+  void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w, const TensorView& tile_pairs,
+                       const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
+  void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                   const TensorView& topk_weights) override;
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
 };

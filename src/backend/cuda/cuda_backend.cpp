@@ -21,6 +21,7 @@
 #include "backend/cuda/fp8_group_quant.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/int4_gemm.h"
+#include "backend/cuda/moe.h"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/sampling.h"
 
@@ -203,6 +204,14 @@ class CudaBackend final : public Backend {
   void gated_rms_norm(TensorView out, const TensorView& x, const TensorView& z, const TensorView& w,
                       float eps) override;
   void sigmoid_mul(TensorView out, const TensorView& x, const TensorView& gate) override;
+  void moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits, MoeRouting routing,
+                 bool renormalize) override;
+  void moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
+                 int64_t num_experts) override;
+  void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w, const TensorView& tile_pairs,
+                       const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
+  void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                   const TensorView& topk_weights) override;
   void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
                        const TensorView& weights) override;
 
@@ -1127,6 +1136,98 @@ void CudaBackend::add_rows_scaled(TensorView out, const TensorView& x, const Ten
   check_dtype(out, x.dtype, op, "out");
   CHECK_MSG(is_float(x.dtype), "[cuda] {}: dtype {}", op, dtype_name(x.dtype));
   CUDA_CHECK(cuda::launch_add_rows_scaled(x.dtype, dst, in, row_ids.ptr<int32_t>(), weights.ptr<float>(), stream()));
+}
+
+void CudaBackend::moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits,
+                            MoeRouting routing, bool renormalize) {
+  const char* op = "moe_route";
+  const cuda::Rows rows = rows_of(logits, op, "logits");
+  CHECK_MSG(logits.ndim() == 2 && is_float(logits.dtype) && topk_ids.ndim() == 2 && topk_ids.size(0) == rows.num_rows,
+            "[cuda] {}: logits{} topk_ids{}", op, logits.shape.to_string(), topk_ids.shape.to_string());
+  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
+  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  CHECK_MSG(rows.row_size <= 2048 && topk_ids.size(1) >= 1 && topk_ids.size(1) <= rows.row_size,
+            "[cuda] {}: top {} of {} experts (the routing kernel takes at most 2048 experts)", op, topk_ids.size(1),
+            rows.row_size);
+  CUDA_CHECK(cuda::launch_moe_route(logits.dtype, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(), rows,
+                                    topk_ids.size(1), routing, renormalize, stream()));
+}
+
+void CudaBackend::moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
+                            int64_t num_experts) {
+  const char* op = "moe_group";
+  const int64_t num_tiles = tile_experts.numel(), pairs = topk_ids.numel();
+  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
+  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
+  check_index_vector(topk_ids, DType::kI32, pairs, op, "topk_ids");
+  CHECK_MSG(num_tiles >= moe_max_tiles(pairs, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts", op,
+            num_tiles, pairs, num_experts);
+  CHECK_MSG(num_experts <= 512, "[cuda] {}: {} experts; the grouping kernel takes at most 512", op, num_experts);
+  CUDA_CHECK(cuda::launch_moe_group(tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles,
+                                    topk_ids.ptr<int32_t>(), pairs, num_experts, stream()));
+}
+
+void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w,
+                                  const TensorView& tile_pairs, const TensorView& tile_experts,
+                                  int64_t pairs_per_x_row, std::optional<Activation> act) {
+  const char* op = "moe_expert_gemm";
+  const cuda::Rows in = rows_of(x, op, "x"), dst = rows_of(out, op, "out");
+  CHECK_MSG(x.ndim() == 2 && out.ndim() == 2 && w.weight.ndim() == 3 && w.weight.is_contiguous() &&
+                w.weight.device == Device::kCuda && pairs_per_x_row >= 1,
+            "[cuda] {}: out{} x{} weight{}", op, out.shape.to_string(), x.shape.to_string(), w.weight.shape.to_string());
+  const int64_t num_experts = w.weight.size(0), n = w.weight.size(1), k = in.row_size;
+  check_dtype(out, x.dtype, op, "out");
+  CHECK_MSG(is_float(x.dtype) && (!w.mxfp4() || k % kMxfp4Group == 0) && dst.row_size == (act ? n / 2 : n) &&
+                (!act || n % 2 == 0),
+            "[cuda] {}: out{} x{} weight{}", op, out.shape.to_string(), x.shape.to_string(),
+            w.weight.shape.to_string());
+  if (w.mxfp4()) {
+    check_quant_tensor(w.weight.reshape({num_experts * n, k / 2}), DType::kU8, num_experts * n, k / 2, op, "blocks");
+    check_quant_tensor(w.scales.reshape({num_experts * n, k / 32}), DType::kU8, num_experts * n, k / 32, op, "scales");
+  } else {
+    check_dtype(w.weight, x.dtype, op, "weight");
+    CHECK_MSG(w.weight.size(2) == k, "[cuda] {}: weight{} for x{}", op, w.weight.shape.to_string(), x.shape.to_string());
+  }
+  if (w.bias.data != nullptr) {
+    check_dtype(w.bias, x.dtype, op, "bias");
+    check_index_vector(w.bias, x.dtype, num_experts * n, op, "bias");
+  }
+  const int64_t num_tiles = tile_experts.numel();
+  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
+  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
+  cuda::MoeGemmArgs args;
+  args.out = out.data;
+  args.ld_out = dst.outer_stride;
+  args.x = x.data;
+  args.ld_x = in.outer_stride;
+  args.weight = w.weight.data;
+  args.scales = w.mxfp4() ? static_cast<const uint8_t*>(w.scales.data) : nullptr;
+  args.bias = w.bias.data;
+  args.tile_pairs = tile_pairs.ptr<int32_t>();
+  args.tile_experts = tile_experts.ptr<int32_t>();
+  args.num_tiles = num_tiles;
+  args.n = n;
+  args.k = k;
+  args.pairs_per_x_row = pairs_per_x_row;
+  args.fuse_act = act.has_value();
+  args.act = act.value_or(Activation::kSilu);
+  CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, stream()));
+}
+
+void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                              const TensorView& topk_weights) {
+  const char* op = "moe_combine";
+  const cuda::Rows dst = rows_of(out, op, "out"), in = rows_of(y, op, "y");
+  CHECK_MSG(topk_ids.ndim() == 2 && topk_ids.size(0) == dst.num_rows && in.num_rows == topk_ids.numel() &&
+                in.row_size == dst.row_size,
+            "[cuda] {}: out{} y{} topk_ids{}", op, out.shape.to_string(), y.shape.to_string(), topk_ids.shape.to_string());
+  check_dtype(y, out.dtype, op, "y");
+  CHECK_MSG(is_float(out.dtype), "[cuda] {}: dtype {}", op, dtype_name(out.dtype));
+  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
+  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  CHECK_MSG(topk_ids.size(1) <= 32, "[cuda] {}: {} experts per token; the combine takes at most 32", op, topk_ids.size(1));
+  CUDA_CHECK(cuda::launch_moe_combine(out.dtype, dst, in, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
+                                      topk_ids.size(1), stream()));
 }
 
 }  // namespace

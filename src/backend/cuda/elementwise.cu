@@ -5,6 +5,7 @@
 // __fadd_rn so nvcc cannot contract them into an FMA.
 #include <cfloat>
 
+#include "backend/cuda/activation.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kv_fp8.cuh"
 
@@ -203,31 +204,6 @@ __global__ void rope_kernel(Rows x, int64_t num_heads, const int32_t* __restrict
 // Block (row, chunk of kThreads * 8 columns); a thread owns 8 consecutive columns, loaded as one
 // 16-byte piece of gate and of up when `vector_ok` (16-bit dtype, aligned rows, width % 8 == 0). No
 // per-element index division: a prefill of 32k rows x 3,072 ran ~4x under bandwidth with one.
-// The gated-MLP activations (backend.h Activation), in f32 in torch's order of operations.
-__device__ __forceinline__ float silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-__device__ __forceinline__ float gelu_tanh_f32(float x) {
-  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-  constexpr float kKappa = 0.044715f;
-  const float inner = __fmul_rn(kBeta, __fadd_rn(x, __fmul_rn(kKappa, __fmul_rn(__fmul_rn(x, x), x))));
-  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
-}
-
-template <typename T, Activation kAct>
-__device__ __forceinline__ T act_times(float gate, float up) {
-  if constexpr (kAct == Activation::kClampedSwiglu) {  // rounded as transformers' GptOssExperts
-    const float g = fminf(gate, kClampedSwigluLimit);
-    const float u = fminf(fmaxf(up, -kClampedSwigluLimit), kClampedSwigluLimit);
-    const float scaled = round_to<T>(__fmul_rn(g, kClampedSwigluAlpha));
-    const float sigmoid = round_to<T>(__fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-scaled))));
-    const float glu = round_to<T>(__fmul_rn(g, sigmoid));
-    return from_f32<T>(__fmul_rn(round_to<T>(__fadd_rn(u, 1.0f)), glu));
-  } else {
-    // transformers rounds act(gate) to the activation dtype before multiplying by up.
-    const float act = kAct == Activation::kGeluTanh ? gelu_tanh_f32(gate) : silu_f32(gate);
-    return from_f32<T>(__fmul_rn(round_to<T>(act), up));
-  }
-}
-
 template <typename T, Activation kAct>
 __global__ void act_mul_kernel(Rows out, Rows gate_up, bool vector_ok) {
   const int64_t width = out.row_size;

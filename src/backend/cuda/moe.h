@@ -1,0 +1,41 @@
+// Launchers of the MoE kernels (moe.cu): backend.h moe_route, moe_group, moe_expert_gemm, moe_combine.
+// cuda_backend.cpp validates the views and calls these; plain pointers and kernels.h Rows only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/moe_kinds.h"
+
+namespace pagellm::cuda {
+
+// topk_ids / topk_weights [T, k] contiguous; logits [T, E] rows (E <= 2048).
+cudaError_t launch_moe_route(DType dtype, int32_t* topk_ids, float* topk_weights, Rows logits, int64_t top_k,
+                             MoeRouting routing, bool renormalize, cudaStream_t stream);
+// tile_pairs [num_tiles, 8], tile_experts [num_tiles], topk_ids [pairs]; E <= 512. One block.
+cudaError_t launch_moe_group(int32_t* tile_pairs, int32_t* tile_experts, int64_t num_tiles, const int32_t* topk_ids,
+                             int64_t pairs, int64_t num_experts, cudaStream_t stream);
+struct MoeGemmArgs {
+  void* out = nullptr;            // [pairs, out columns], row stride ld_out
+  int64_t ld_out = 0;
+  const void* x = nullptr;        // [rows, k], row stride ld_x
+  int64_t ld_x = 0;
+  const void* weight = nullptr;   // dense [E, n, k] (x's dtype), or MXFP4 blocks [E, n, k / 2]
+  const uint8_t* scales = nullptr;  // MXFP4 [E, n, k / 32]; nullptr: dense
+  const void* bias = nullptr;     // [E, n] (x's dtype) or nullptr
+  const int32_t* tile_pairs = nullptr;
+  const int32_t* tile_experts = nullptr;
+  int64_t num_tiles = 0;
+  int64_t n = 0, k = 0;           // k % 32 == 0
+  int64_t pairs_per_x_row = 1;
+  bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
+  Activation act = Activation::kSilu;
+};
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream);
+// out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32).
+cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
+                               int64_t top_k, cudaStream_t stream);
+
+}  // namespace pagellm::cuda
