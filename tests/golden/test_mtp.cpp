@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
+#include "greedy_outcome.h"
 #include "io/safetensors.h"
 #include "model/make_model.h"
 #include "model/mtp_model.h"
@@ -290,48 +291,8 @@ TEST(Mtp, HeadLogitsEqualAnF64Reference) {
   fs::remove_all(dir);
 }
 
-struct Outcome {
-  std::vector<CompletedRequest> outs;
-  EngineMetrics metrics;
-};
+using Outcome = GreedyOutcome;
 
-Outcome generate(const fs::path& dir, EngineConfig config, const std::vector<std::vector<TokenId>>& prompts,
-                 int max_tokens, bool batched, int waves = 1, const std::string& device = "cpu") {
-  auto llm = make_test_llm(dir, config, device);
-  if (!llm) {
-    ADD_FAILURE() << "engine did not load";
-    return {};
-  }
-  Outcome result;
-  for (int wave = 0; wave < waves; ++wave) {
-    std::vector<GenerateRequest> requests;
-    for (const auto& prompt : prompts) {
-      GenerateRequest r = greedy_request(prompt, max_tokens);
-      r.sampling.num_logprobs = 1;
-      requests.push_back(std::move(r));
-    }
-    if (batched) {
-      for (CompletedRequest& out : llm->generate(std::move(requests))) result.outs.push_back(std::move(out));
-    } else {
-      for (GenerateRequest& r : requests) result.outs.push_back(llm->generate({std::move(r)})[0]);
-    }
-  }
-  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
-  result.metrics = llm->engine().metrics();
-  return result;
-}
-
-void expect_same(const Outcome& got, const Outcome& want, const std::string& what, double tolerance = 0.0) {
-  ASSERT_EQ(got.outs.size(), want.outs.size()) << what;
-  for (size_t i = 0; i < want.outs.size(); ++i) {
-    ASSERT_TRUE(got.outs[i].error.is_ok()) << what << ": " << got.outs[i].error.message();
-    EXPECT_EQ(got.outs[i].token_ids, want.outs[i].token_ids) << what << ", request " << i;
-    ASSERT_EQ(got.outs[i].logprobs.size(), want.outs[i].logprobs.size()) << what;
-    for (size_t t = 0; t < want.outs[i].logprobs.size(); ++t)
-      EXPECT_NEAR(got.outs[i].logprobs[t].sampled_logprob, want.outs[i].logprobs[t].sampled_logprob, tolerance)
-          << what << ", request " << i << ", token " << t;
-  }
-}
 
 void expect_counted(const EngineMetrics& m, const std::string& what) {
   EXPECT_GT(m.spec_decode_num_drafts, 0u) << what;
@@ -355,15 +316,15 @@ TEST_P(MtpFixtures, GreedyEqualsThePlainRunAloneAndBatchedWithTinyChunks) {
     for (const bool batched : {false, true}) {
       EngineConfig config;
       config.max_num_batched_tokens = batched ? 8 : 2048;  // batched: chunked prefill beside speculative rows
-      const Outcome plain = generate(dir, config, prompts, 16, batched);
+      const Outcome plain = run_greedy(dir, config, prompts, 16, batched);
       for (size_t i = 0; i < cases.size(); ++i)
         EXPECT_EQ(cases[i].checked(plain.outs[i].token_ids), cases[i].checked(cases[i].greedy)) << "prompt " << i;
       for (const int k : {1, 3}) {
         config.speculative = mtp_config(k);
         const std::string what = fmt::format("{} head, k {}{}", head == Head::kRandom ? "random" : "identity", k,
                                              batched ? ", batched" : ", alone");
-        const Outcome spec = generate(dir, config, prompts, 16, batched);
-        expect_same(spec, plain, what);
+        const Outcome spec = run_greedy(dir, config, prompts, 16, batched);
+        expect_same_outputs(spec, plain, what);
         expect_counted(spec.metrics, what);
       }
     }
@@ -386,10 +347,10 @@ TEST_P(MtpFixtures, KeptDraftsPrefixHitsAndPreemption) {
   EngineConfig roomy;
   roomy.block_size = 16;
   roomy.max_model_len = 256;
-  const Outcome plain = generate(dir, roomy, prompts, 60, true, /*waves=*/2);
+  const Outcome plain = run_greedy(dir, roomy, prompts, 60, true, /*waves=*/2);
   roomy.speculative = mtp_config(3);
-  const Outcome spec = generate(dir, roomy, prompts, 60, true, 2);
-  expect_same(spec, plain, "identity head");
+  const Outcome spec = run_greedy(dir, roomy, prompts, 60, true, 2);
+  expect_same_outputs(spec, plain, "identity head");
   expect_counted(spec.metrics, "identity head");
   EXPECT_GT(spec.metrics.prefix_cache_hit_tokens, 0u);
   EXPECT_GT(spec.metrics.spec_decode_num_accepted_tokens, 0u);
@@ -398,14 +359,14 @@ TEST_P(MtpFixtures, KeptDraftsPrefixHitsAndPreemption) {
   for (auto& prompt : prompts) prompt.resize(20);
   EngineConfig small = roomy;
   small.speculative = {};
-  const Outcome plain_short = generate(dir, small, prompts, 200, true);
+  const Outcome plain_short = run_greedy(dir, small, prompts, 200, true);
   small.speculative = mtp_config(3);
   small.max_num_seqs = 3;
   small.max_num_batched_tokens = 64;
   small.enable_prefix_caching = false;
   small.kv_cache_memory_bytes = (3 * 4 + 1) * 3 * (1536 + 4096) + 28 * 2 * 8192 + 4096;
-  const Outcome preempted = generate(dir, small, prompts, 200, true);
-  expect_same(preempted, plain_short, "identity head, small budget", 1e-4);
+  const Outcome preempted = run_greedy(dir, small, prompts, 200, true);
+  expect_same_outputs(preempted, plain_short, "identity head, small budget", 1e-4);
   EXPECT_GT(preempted.metrics.preemptions, 0u);
   fs::remove_all(dir);
 }
@@ -422,9 +383,9 @@ TEST_P(MtpFixtures, CudaGreedyTokensEqualThePlainRun) {
     EngineConfig config;
     config.async_scheduling = 1;
     config.max_num_batched_tokens = 16;
-    const Outcome plain = generate(dir, config, prompts, 16, true, 1, "cuda");
+    const Outcome plain = run_greedy(dir, config, prompts, 16, true, 1, "cuda");
     config.speculative = mtp_config(3);
-    const Outcome spec = generate(dir, config, prompts, 16, true, 1, "cuda");
+    const Outcome spec = run_greedy(dir, config, prompts, 16, true, 1, "cuda");
     ASSERT_EQ(spec.outs.size(), plain.outs.size());
     for (size_t i = 0; i < plain.outs.size(); ++i)
       EXPECT_EQ(spec.outs[i].token_ids, plain.outs[i].token_ids) << "prompt " << i;
