@@ -15,12 +15,15 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$nvcc" ] || { echo "gpu-pack: no nvcc (install the CUDA toolkit)" >&2; exit 1; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_CUDA_COMPILER="$nvcc" >/dev/null
-cmake --build "$build" --target pagellm test_kernels test_golden -j"$(nproc)"
+# PAGELLM_GPU_PACK_EXTRA names more test binaries to carry (e.g. test_e2e for scripts/gpu-tp.sh).
+extra=(${PAGELLM_GPU_PACK_EXTRA:-})
+cmake --build "$build" --target pagellm test_kernels test_golden "${extra[@]}" -j"$(nproc)"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/$build/src" "$stage/$build/tests" .carry
 cp "$build/src/pagellm" "$stage/$build/src/"
 cp "$build/tests/test_kernels" "$build/tests/test_golden" "$stage/$build/tests/"
+for target in "${extra[@]}"; do cp "$build/tests/$target" "$stage/$build/tests/"; done
 strip --strip-debug "$stage/$build/src/pagellm" "$stage/$build/tests/"*
 tar -C "$stage" -cJf .carry/bin.tar.xz "$build"
 [ -d assets/tokenizers ] && tar -C assets -cJf .carry/tok.tar.xz tokenizers

@@ -165,6 +165,8 @@ class Backend {
     (void)record;
     return nullptr;
   }
+  // Whether capture() is recording this backend's queue now.
+  virtual bool is_capturing() const { return false; }
 
   // out[M, N] = x[M, K] . w[N, K]^T
   virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;
@@ -418,9 +420,21 @@ std::vector<std::string> available_backends();
 // "cpu", "cuda", or "auto" (cuda when built in and a GPU is there, else cpu); a clear error when the
 // device is unknown or not built in.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& device);
+// The backend of rank `rank` of a group of processes (--nnodes): make_backend's, where a GPU is GPU
+// rank % (the GPUs this process sees), so ranks on one host take a GPU each (CUDA_VISIBLE_DEVICES
+// picks otherwise).
+Expected<std::unique_ptr<Backend>> make_process_rank_backend(const std::string& device, int rank);
+class TcpGroup;
+// The communicator of this process's rank of `group`: over the group's TCP connections on the CPU
+// (cpu/tcp_communicator.h), NCCL on CUDA (its id sent over them).
+Expected<std::unique_ptr<Communicator>> make_process_communicator(Backend& backend,
+                                                                  const std::shared_ptr<TcpGroup>& group);
 // Tensor parallelism: the backends of ranks 1..size-1 beside `rank0` (the same kind: CPU ranks are
-// threads; CUDA ranks on GPUs 1..size-1 over NCCL, or all on rank 0's GPU when share_device, the
-// multi-rank path on one card), each rank's communicator set on its backend (rank 0's too).
-Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size, bool share_device);
+// threads; CUDA ranks on GPUs 1..size-1, or all on rank 0's GPU when share_device, the multi-rank
+// path on one card), each rank's communicator set on its backend (rank 0's too). `communicator` picks
+// the collectives of CUDA ranks on GPUs of their own: "peer" (kernels over peer memory), "nccl", or
+// "auto" (peer where every pair of GPUs has peer access, else NCCL).
+Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size, bool share_device,
+                                                                          const std::string& communicator = "auto");
 
 }  // namespace pagellm

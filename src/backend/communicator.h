@@ -23,6 +23,9 @@ class Communicator {
   // Rank `root` gets out[R, sum_r C_r] = in_0 | in_1 | ... (each rank's in [R, C_r] side by side in
   // rank order; C_r may differ); `out` is read on the root only (pass an empty view elsewhere).
   virtual void gather_columns(TensorView out, const TensorView& in, int root = 0) = 0;
+  // Whether the collectives may be recorded into a CUDA graph (queued device work only: no host
+  // waits, no host memory between the ranks).
+  virtual bool is_graph_capturable() const { return false; }
 };
 
 // The part of a dimension of `total` that rank `rank` of `size` holds when split as evenly as possible

@@ -3,7 +3,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/tcp_communicator.h"
 #include "backend/cpu/thread_communicator.h"
+#include "core/logging.h"
 
 #ifdef PAGELLM_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -39,8 +41,28 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& device) {
                           fmt::join(available_backends(), ", "));
 }
 
+Expected<std::unique_ptr<Backend>> make_process_rank_backend(const std::string& device, int rank) {
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(device));
+#ifdef PAGELLM_CUDA
+  if (backend->device() == Device::kCuda && rank % cuda_device_count() != 0)
+    return make_cuda_backend(rank % cuda_device_count());
+#endif
+  return backend;
+}
+
+Expected<std::unique_ptr<Communicator>> make_process_communicator(Backend& backend,
+                                                                  const std::shared_ptr<TcpGroup>& group) {
+#ifdef PAGELLM_CUDA
+  if (backend.device() == Device::kCuda) return make_nccl_process_communicator(backend, *group);
+#endif
+  return make_tcp_communicator(group);
+}
+
 Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backend& rank0, int size,
-                                                                          bool share_device) {
+                                                                          bool share_device,
+                                                                          const std::string& communicator) {
+  if (communicator != "auto" && communicator != "peer" && communicator != "nccl")
+    return invalid_argument("[backend] --tp-communicator must be auto, peer or nccl, got '{}'", communicator);
   std::vector<std::unique_ptr<Backend>> others;
   std::vector<Backend*> ranks{&rank0};
   const bool cuda = rank0.device() == Device::kCuda;
@@ -65,8 +87,17 @@ Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backe
 #ifdef PAGELLM_CUDA
     if (share_device) {
       communicators = make_same_device_communicators(ranks);
-    } else {
+    } else if (communicator == "nccl") {
       PAGELLM_ASSIGN_OR_RETURN(communicators, make_nccl_communicators(ranks));
+    } else {
+      Expected<std::vector<std::unique_ptr<Communicator>>> peer = make_peer_communicators(ranks);
+      if (!peer.has_value() && communicator == "peer") return peer.status();
+      if (!peer.has_value()) {
+        LOG_INFO("[backend] {}; the ranks meet over NCCL", peer.status().message());
+        PAGELLM_ASSIGN_OR_RETURN(communicators, make_nccl_communicators(ranks));
+      } else {
+        communicators = std::move(peer).value();
+      }
     }
 #endif
   }

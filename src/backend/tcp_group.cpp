@@ -116,6 +116,7 @@ uint64_t fingerprint_of(const std::string& text) {
 TcpGroup::TcpGroup(const TcpGroupOptions& options) : options_(options) {}
 
 TcpGroup::~TcpGroup() {
+  stop_watching();
   for (int fd : sockets_)
     if (fd >= 0) ::close(fd);
 }
@@ -248,6 +249,30 @@ int TcpGroup::socket_of(int peer) const {
   CHECK_MSG(rank() == 0 ? (peer >= 1 && peer < size()) : peer == 0, "[tp] rank {} has no connection to rank {}", rank(),
             peer);
   return rank() == 0 ? sockets_[static_cast<size_t>(peer)] : sockets_[0];
+}
+
+void TcpGroup::watch_peers() {
+  CHECK_MSG(rank() == 0 && !watchdog_.joinable(), "[tp] watch_peers() is rank 0's, once");
+  watching_ = true;
+  watchdog_ = std::thread([this] {
+    std::vector<pollfd> fds;
+    for (int peer = 1; peer < size(); ++peer) fds.push_back(pollfd{socket_of(peer), POLLIN | POLLRDHUP, 0});
+    while (watching_) {
+      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+      for (size_t i = 0; i < fds.size() && watching_; ++i) {
+        if (fds[i].revents == 0) continue;
+        char byte = 0;  // no rank sends rank 0 anything while it runs: readable means closed
+        const ssize_t n = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || (fds[i].revents & (POLLHUP | POLLRDHUP)))
+          if (watching_) fail(static_cast<int>(i) + 1, "the connection closed (the peer's process ended)");
+      }
+    }
+  });
+}
+
+void TcpGroup::stop_watching() {
+  watching_ = false;
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 void TcpGroup::fail(int peer, const std::string& why) const {

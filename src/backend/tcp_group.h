@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
+#include <atomic>
 #include <vector>
 
 #include "core/status.h"
@@ -54,6 +56,13 @@ class TcpGroup {
   // After loading: each rank > 0 reports ready; rank 0 waits (startup deadline) until all have.
   Status wait_until_all_loaded();
 
+  // Rank 0 of a group whose collectives do not travel over these connections (NCCL): a thread that
+  // ends this process with the one-line error when another rank's connection closes (its process
+  // died), since rank 0 may then wait inside a collective on the GPU. stop_watching() ends it (before
+  // rank 0 tells the others to stop, which closes their connections).
+  void watch_peers();
+  void stop_watching();
+
  private:
   explicit TcpGroup(const TcpGroupOptions& options);
   Status listen_and_accept();
@@ -62,6 +71,8 @@ class TcpGroup {
   [[noreturn]] void fail(int peer, const std::string& why) const;
 
   TcpGroupOptions options_;
+  std::thread watchdog_;
+  std::atomic<bool> watching_{false};
   std::vector<int> sockets_;  // rank 0: [size] (its own entry -1); others: [1], the connection to rank 0
 };
 

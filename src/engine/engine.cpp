@@ -113,7 +113,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
   config.device = backend->name();  // "auto" resolved
   PAGELLM_RETURN_IF_ERROR(check_kv_cache_dtype_name(config.kv_cache_dtype));  // before the slow load
   PAGELLM_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype_flag(config.dtype));
-  TensorParallelOptions tp{config.tensor_parallel_size, config.tensor_parallel_share_device, std::nullopt};
+  TensorParallelOptions tp{config.tensor_parallel_size, config.tensor_parallel_share_device, config.tp_communicator,
+                           std::nullopt};
   PAGELLM_RETURN_IF_ERROR(check_process_group_flags(config));
   if (config.nnodes > 1) {
     if (config.node_rank != 0)

@@ -83,8 +83,15 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "split the model over this many ranks (heads, columns and vocabulary; one all-reduce after "
                      "attention and after the MLP); on the CPU the ranks are threads")
       ->capture_default_str();
+  command.add_option("--tp-communicator", config.tp_communicator,
+                     "collectives of CUDA ranks on GPUs of one process: auto (peer memory when every pair of GPUs "
+                     "reaches the other's, else NCCL), peer (one kernel per collective over NVLink / PCIe, CUDA "
+                     "graphs, the sums of --tensor-parallel-size on one card), nccl")
+      ->check(CLI::IsMember({"auto", "peer", "nccl"}))
+      ->capture_default_str();
   command.add_option("--nnodes", config.nnodes,
-                     "processes the model is split over, one rank each (= --tensor-parallel-size; CPU backend), "
+                     "processes the model is split over, one rank each (= --tensor-parallel-size; on CUDA a GPU each: "
+                     "node rank % visible GPUs, NCCL between them), "
                      "on one host or several")
       ->capture_default_str();
   command.add_option("--node-rank", config.node_rank,

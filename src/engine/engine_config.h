@@ -34,6 +34,9 @@ struct EngineConfig {
   int tensor_parallel_size = 1;  // ranks one model is split over (model/tensor_parallel_model.h)
   // CUDA ranks all on one GPU (no flag: the tests run the multi-rank path on a single card this way).
   bool tensor_parallel_share_device = false;
+  // --tp-communicator: how CUDA ranks on GPUs of their own meet: auto (peer memory where every pair of
+  // GPUs has it, else NCCL), peer, nccl.
+  std::string tp_communicator = "auto";
   // Ranks as processes, one each (vLLM / torchrun's flags; engine/tensor_parallel_worker.h): --nnodes
   // equal to --tensor-parallel-size, this process's --node-rank (0 runs the engine and the server,
   // the others only their shard), rank 0's --master-addr / --master-port, and --tp-timeout-s, how

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/tcp_communicator.h"
 #include "core/logging.h"
 #include "model/model.h"
 #include "model/step_wire.h"
@@ -48,11 +47,27 @@ Expected<TcpGroupOptions> process_group_options(const EngineConfig& c) {
 
 namespace {
 
+// The step's input tensors copied to `backend`'s device (held in `keep`).
+StepBatch inputs_on(Backend& backend, const StepBatch& host, std::vector<Tensor>& keep) {
+  keep.clear();
+  auto copy = [&](const TensorView& from) {
+    if (from.data == nullptr) return from;
+    Tensor mine = backend.alloc(from.shape, from.dtype);
+    backend.copy(mine.view(), from);
+    keep.push_back(mine);
+    return mine.view();
+  };
+  StepBatch out = host;
+  for (TensorView* v : step_input_views(out)) *v = copy(*v);
+  return out;
+}
+
 // Receives rank 0's steps and runs each on this rank's shard until rank 0 says stop.
 void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
   std::vector<Tensor> cache_tensors;
   CacheViews caches;
   std::vector<uint8_t> message;
+  std::vector<Tensor> inputs;
   while (true) {
     WorkerFrame frame;
     group.recv(0, &frame, sizeof(frame), "waiting for the next step", -1.0);  // idle servers wait long
@@ -65,7 +80,10 @@ void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
     CHECK_MSG(step.has_value(), "[tp] rank {}: {}", group.rank(), step.status().message());
     if (step->has_layout) caches = allocate_caches(step->layout, backend, cache_tensors);
     apply_state_slot_inits(backend, step->batch.state_slot_inits, caches);
-    shard.forward(step->batch, caches, TensorView());
+    // The inputs arrive in host memory; a GPU rank reads its own copies (kept until the next step's
+    // copies are queued behind this step's work).
+    const StepBatch batch = backend.device() == Device::kCpu ? step->batch : inputs_on(backend, step->batch, inputs);
+    shard.forward(batch, caches, TensorView());
   }
 }
 
@@ -73,15 +91,13 @@ void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
 
 Status run_tensor_parallel_worker(const EngineConfig& config) {
   PAGELLM_ASSIGN_OR_RETURN(TcpGroupOptions options, process_group_options(config));
-  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
-  if (backend->device() != Device::kCpu)
-    return unimplemented("[engine] --nnodes {}: tensor parallelism over processes runs on the CPU backend only for "
-                         "now (--device cpu)", config.nnodes);
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_process_rank_backend(config.device, config.node_rank));
   PAGELLM_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype_flag(config.dtype));
-  LOG_INFO("[tp] rank {} of {}: joining rank 0 at {}:{}", options.rank, options.size, options.master_addr,
-           options.master_port);
+  LOG_INFO("[tp] rank {} of {}: joining rank 0 at {}:{} ({} {})", options.rank, options.size, options.master_addr,
+           options.master_port, backend->name(), backend->device_index());
   PAGELLM_ASSIGN_OR_RETURN(std::shared_ptr<TcpGroup> group, TcpGroup::open(options));
-  backend->set_communicator(make_tcp_communicator(group));
+  PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> communicator, make_process_communicator(*backend, group));
+  backend->set_communicator(std::move(communicator));
   // The backend carries the group's communicator, so the plain load reads this rank's shard.
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> shard, load_model(config.model_dir, *backend, dtype, config.quantization));
   PAGELLM_RETURN_IF_ERROR(group->wait_until_all_loaded());

@@ -1,5 +1,6 @@
 // A rank > 0 of a tensor-parallel group of processes (--nnodes N --node-rank R, R > 0): it joins rank
-// 0's group (backend/tcp_group.h), loads its shard on the CPU, then runs each step rank 0's
+// 0's group (backend/tcp_group.h), loads its shard (on the CPU, or on GPU node rank % visible GPUs with NCCL
+// collectives), then runs each step rank 0's
 // TensorParallelDriver sends (model/tensor_parallel_driver.h) on its own copy of the caches, until
 // rank 0 stops it. It has no scheduler, server or tokenizer: serve, generate and the benchmarks
 // started with --node-rank > 0 run this instead.

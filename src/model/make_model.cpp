@@ -119,6 +119,9 @@ const std::map<std::string, Preset>& presets() {
         // The shape of Qwen3-8B (8.2 B parameters, untied head): the size people serve, for the
         // quantization and GPU benchmarks.
         {"qwen3-8b", {"Qwen3ForCausalLM", "qwen3", 151936, 4096, 12288, 36, 32, 8, 128, false, 1e6, 40960, true}},
+        // The shape of Qwen3-32B (32.8 B parameters, 65 GB in bf16): past one 80 GB GPU with a useful
+        // KV cache, the tensor-parallel benchmark's model.
+        {"qwen3-32b", {"Qwen3ForCausalLM", "qwen3", 151936, 5120, 25600, 64, 64, 8, 128, false, 1e6, 40960, true}},
         // The embedded demo: real Qwen3 vocabulary, tiny body (answers in milliseconds on a CPU).
         {"qwen3-tiny", {"Qwen3ForCausalLM", "qwen3", 151936, 64, 128, 2, 4, 2, 32, true, 1e6, 40960, true}},
         // No tokenizer: tests that need a very small model.

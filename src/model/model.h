@@ -35,6 +35,7 @@ class Model {
 struct TensorParallelOptions {
   int size = 1;               // --tensor-parallel-size
   bool share_device = false;  // CUDA: every rank on rank 0's GPU (the multi-rank path tested on one card)
+  std::string communicator = "auto";  // --tp-communicator: CUDA ranks' collectives (backend.h)
   // Ranks as processes (--nnodes): this process is rank 0 of that group, which load_model forms (the
   // other ranks run engine/tensor_parallel_worker.h) and returns a TensorParallelDriver over.
   std::optional<TcpGroupOptions> processes;

@@ -136,6 +136,15 @@ void apply_state_slot_inits(Backend& backend, const std::vector<StateSlotInit>& 
   backend.synchronize();  // the host zeros go at the end of this function
 }
 
+std::vector<TensorView*> step_input_views(StepBatch& batch) {
+  std::vector<TensorView*> views = {&batch.token_ids,   &batch.positions,    &batch.cu_seqlens_q,
+                                    &batch.seq_lens_k,  &batch.block_tables, &batch.slot_mapping,
+                                    &batch.logits_rows, &batch.state_slots,  &batch.gdn_checkpoint_slots};
+  for (TensorView& v : batch.more_block_tables) views.push_back(&v);
+  for (TensorView& v : batch.more_slot_mappings) views.push_back(&v);
+  return views;
+}
+
 std::vector<uint8_t> encode_step(const StepBatch& batch, Backend& backend, const CacheLayout* layout) {
   Writer w;
   w.put(kStepMagic);

@@ -6,9 +6,14 @@ namespace pagellm {
 
 TensorParallelDriver::TensorParallelDriver(Backend& backend, std::unique_ptr<Model> shard,
                                            std::shared_ptr<TcpGroup> group)
-    : backend_(backend), shard_(std::move(shard)), group_(std::move(group)) {}
+    : backend_(backend), shard_(std::move(shard)), group_(std::move(group)) {
+  // Over NCCL a dead worker would leave rank 0 waiting inside a collective on the GPU; over TCP the
+  // collectives themselves see the connection close.
+  if (backend_.device() != Device::kCpu) group_->watch_peers();
+}
 
 TensorParallelDriver::~TensorParallelDriver() {
+  group_->stop_watching();  // the workers' connections close as they stop
   const WorkerFrame stop{WorkerMessage::kStop, 0, 0};
   for (int peer = 1; peer < group_->size(); ++peer) group_->send(peer, &stop, sizeof(stop), "stop");
 }

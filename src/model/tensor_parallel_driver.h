@@ -2,8 +2,9 @@
 // driver / worker split). The engine, scheduler, block pool and prefix cache live here only; each step
 // the driver sends the step's inputs to every other rank (model/step_wire.h; engine/
 // tensor_parallel_worker.h runs them), then runs its own shard, whose collectives meet theirs over
-// the group's TCP connections (backend/cpu/tcp_communicator.h). Each rank keeps a copy of the caches
-// in its own memory, filled through the same block tables and slot mappings.
+// the group's TCP connections (backend/cpu/tcp_communicator.h) on the CPU, over NCCL on GPUs. Each
+// rank keeps a copy of the caches in its own memory, filled through the same block tables and slot
+// mappings.
 #pragma once
 
 #include <memory>

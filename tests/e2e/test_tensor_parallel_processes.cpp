@@ -60,8 +60,9 @@ class Rank {
   std::string log_path_;
 };
 
-std::vector<std::string> group_flags(int rank, int port, const std::string& timeout_s = "30") {
-  return {"--device", "cpu", "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", std::to_string(rank),
+std::vector<std::string> group_flags(int rank, int port, const std::string& timeout_s = "30",
+                                     const std::string& device = "cpu") {
+  return {"--device", device, "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", std::to_string(rank),
           "--master-addr", "127.0.0.1", "--master-port", std::to_string(port), "--tp-timeout-s", timeout_s};
 }
 
@@ -107,6 +108,41 @@ TEST(TensorParallelProcesses, GenerateOverTwoProcessesPrintsTheTwoThreadSplitsBi
     EXPECT_EQ(over_processes, over_threads) << "the same sums in the same order: the same bits";
     const json printed = json::parse(over_processes);
     EXPECT_EQ(printed["outputs"][0]["token_ids"].get<std::vector<int>>(), want) << over_processes;
+  }
+}
+
+// GPU ranks as processes (a GPU each: node rank % GPUs; NCCL over NVLink, or over sockets as between
+// hosts) print transformers' tokens, the same bits either way. Needs two GPUs (skips otherwise).
+TEST(TensorParallelProcesses, GenerateOverTwoGpuProcessesPrintsTheOneProcessSplitsBitsAndTransformersTokens) {
+  const fs::path dir = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/qwen3/untied_gqa1_hd16_f32";
+  std::ifstream in(dir / "expected.json");
+  const json expected = json::parse(in);
+  const json& c = expected["cases"][0];
+  const std::vector<int> want = c.value("full_forward_greedy_token_ids", c["greedy_token_ids"]).get<std::vector<int>>();
+  const std::vector<std::string> request = {"--model", dir.string(), "--prompt-ids",
+                                            join_ids(c["prompt_ids"].get<std::vector<int>>()), "--max-tokens",
+                                            std::to_string(want.size()), "--output", "json", "--logprobs", "3"};
+  const auto [probe_code, probe] = generate(concat(request, {"--device", "cuda", "--tensor-parallel-size", "2"}));
+  for (const char* no_gpus : {"needs 2 GPUs", "built without CUDA", "no CUDA device"})
+    if (probe.find(no_gpus) != std::string::npos) GTEST_SKIP() << "needs two GPUs: " << probe;
+  std::string first;
+  for (const bool sockets : {false, true}) {
+    SCOPED_TRACE(sockets ? "NCCL over sockets, as between hosts" : "NCCL as it finds the GPUs");
+    if (sockets) {
+      ::setenv("NCCL_P2P_DISABLE", "1", 1);
+      ::setenv("NCCL_SHM_DISABLE", "1", 1);
+    }
+    const int port = free_local_port();
+    Rank worker(concat(concat({"generate"}, request), group_flags(1, port, "30", "cuda")));
+    const auto [code, over_processes] = generate(concat(request, group_flags(0, port, "30", "cuda")));
+    ::unsetenv("NCCL_P2P_DISABLE");
+    ::unsetenv("NCCL_SHM_DISABLE");
+    ASSERT_EQ(code, 0) << over_processes << worker.log();
+    EXPECT_EQ(worker.wait_exit(30), 0) << "rank 0 stops its worker at the end: " << worker.log();
+    EXPECT_NE(worker.log().find("(cuda 1)"), std::string::npos) << "rank 1 takes the second GPU: " << worker.log();
+    EXPECT_EQ(json::parse(over_processes)["outputs"][0]["token_ids"].get<std::vector<int>>(), want) << over_processes;
+    if (sockets) EXPECT_EQ(over_processes, first) << "two ranks' sums do not depend on the transport";
+    first = over_processes;
   }
 }
 
@@ -168,10 +204,11 @@ TEST(TensorParallelProcesses, HybridPrefixHitsOverTwoProcessesAnswerAsOverTwoThr
 
 // A server over two processes, a long request running on it, and `fault` done to the worker meanwhile:
 // rank 0 ends with exit code 1 and a one-line [tp] error (returned) within `within_s`.
-std::string rank0_error_after(const std::function<void(Rank&)>& fault, const std::string& timeout_s, double within_s) {
+std::string rank0_error_after(const std::function<void(Rank&)>& fault, const std::string& timeout_s, double within_s,
+                              const std::string& device = "cpu") {
   const int port = free_local_port();
-  Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port, timeout_s)));
-  ServeProcess server(group_flags(0, port, timeout_s));
+  Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port, timeout_s, device)));
+  ServeProcess server(group_flags(0, port, timeout_s, device));
   EXPECT_TRUE(server.ready()) << server.log() << worker.log();
   if (!server.ready()) return "";
   std::thread request([&] { (void)complete(server.port(), 900); });  // the client sees its connection drop
@@ -191,6 +228,19 @@ std::string rank0_error_after(const std::function<void(Rank&)>& fault, const std
 
 TEST(TensorParallelProcesses, AKilledWorkerEndsRankZeroWithAClearError) {
   const std::string error = rank0_error_after([](Rank& worker) { worker.signal(SIGKILL); }, "30", 10);
+  EXPECT_NE(error.find("the peer's process ended"), std::string::npos) << error;
+  EXPECT_NE(error.find("(rank 1)"), std::string::npos) << error;
+}
+
+// Over NCCL rank 0 may wait inside a collective on the GPU: its watchdog sees the worker's connection
+// close instead.
+TEST(TensorParallelProcesses, AKilledGpuWorkerEndsRankZeroWithAClearError) {
+  const auto [code, output] = generate({"--model", e2e_model_dir(), "--prompt-ids", "1,2,3", "--max-tokens", "2",
+                                        "--device", "cuda", "--tensor-parallel-size", "2"});
+  (void)code;
+  for (const char* no_gpus : {"needs 2 GPUs", "built without CUDA", "no CUDA device"})
+      if (output.find(no_gpus) != std::string::npos) GTEST_SKIP() << "needs two GPUs: " << output;
+  const std::string error = rank0_error_after([](Rank& worker) { worker.signal(SIGKILL); }, "30", 10, "cuda");
   EXPECT_NE(error.find("the peer's process ended"), std::string::npos) << error;
   EXPECT_NE(error.find("(rank 1)"), std::string::npos) << error;
 }

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
 #include "golden_util.h"
 #include "io/hf_config.h"
 
@@ -20,9 +21,10 @@ struct TpCase {
   std::string fixture;  // under tests/golden
   int tensor_parallel_size = 2;
   std::string device = "cpu";
+  bool own_gpus = false;  // CUDA: one GPU per rank (peer-memory collectives, decode graphs), else all on one
 };
 
-std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
+std::vector<TpCase> tp_cases(const std::string& device = "cpu", bool own_gpus = false) {
   std::vector<TpCase> cases;
   for (const char* root : {"families", "qwen3", "hybrid"}) {
     for (const std::string& name : golden_fixture_names(golden_fixture_root(root))) {
@@ -34,14 +36,23 @@ std::vector<TpCase> tp_cases(const std::string& device = "cpu") {
       const bool gpt_oss = config->architecture == "GptOssForCausalLM";
       for (int size : {2, 4})
         if (config->num_attention_heads % size == 0 && !(gpt_oss && size == 4))
-          cases.push_back({std::string(root) + "/" + name, size, device});
+          cases.push_back({std::string(root) + "/" + name, size, device, own_gpus});
     }
   }
   return cases;
 }
 
 void PrintTo(const TpCase& c, std::ostream* os) {
-  *os << c.device << "/" << c.fixture << " tp " << c.tensor_parallel_size;
+  *os << c.device << (c.own_gpus ? " (a GPU per rank)" : "") << "/" << c.fixture << " tp " << c.tensor_parallel_size;
+}
+
+// Why a group of `size` ranks on GPUs of their own cannot be made here (fewer GPUs), if it cannot.
+std::optional<std::string> gpus_unavailable(int size) {
+  auto rank0 = make_backend("cuda");
+  if (!rank0.has_value()) return rank0.status().message();
+  auto others = make_tensor_parallel_group(**rank0, size, /*share_device=*/false);
+  if (!others.has_value()) return others.status().message();
+  return std::nullopt;
 }
 
 class TensorParallelGolden : public ::testing::TestWithParam<TpCase> {};
@@ -67,6 +78,9 @@ std::vector<CompletedRequest> run_greedy(const fs::path& dir, EngineConfig confi
 TEST_P(TensorParallelGolden, MatchesTransformersAndTheUnsplitEngine) {
   const std::string& device = GetParam().device;
   SKIP_UNLESS_BACKEND(device);
+  if (GetParam().own_gpus)
+    if (const std::optional<std::string> why = gpus_unavailable(GetParam().tensor_parallel_size))
+      GTEST_SKIP() << "can't put " << GetParam().tensor_parallel_size << " ranks on GPUs of their own: " << *why;
   // The CPU twin sums in rank order, as does the one-GPU group; the split changes f32 rounding only.
   const double tolerance = device == "cpu" ? 1e-4 : 1e-3;
   const fs::path dir = golden_fixture_root("") / GetParam().fixture;
@@ -82,7 +96,7 @@ TEST_P(TensorParallelGolden, MatchesTransformersAndTheUnsplitEngine) {
   for (EngineConfig config : {alone, batched}) {
     SCOPED_TRACE(config.max_num_seqs == 1 ? "alone" : "batched, chunked, cached");
     config.tensor_parallel_size = GetParam().tensor_parallel_size;
-    config.tensor_parallel_share_device = device == "cuda";  // one GPU here: the ranks share it
+    config.tensor_parallel_share_device = device == "cuda" && !GetParam().own_gpus;
     const std::vector<CompletedRequest> split =
         run_greedy(dir, config, cases, device, config.max_num_seqs == 1 ? 1 : 2);
     ASSERT_EQ(split.size(), cases.size());
@@ -103,6 +117,7 @@ TEST_P(TensorParallelGolden, MatchesTransformersAndTheUnsplitEngine) {
 
 std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
   std::string name = info.param.fixture + "_tp" + std::to_string(info.param.tensor_parallel_size);
+  if (info.param.own_gpus) name += "_gpus";
   for (char& c : name)
     if (c == '/') c = '_';
   return name;
@@ -111,6 +126,9 @@ INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden, ::testing::ValuesIn(tp_cases
 // CUDA ranks sharing the one GPU of the test machine (the multi-rank path: a backend and stream per
 // rank, sharded weights, per-rank caches, the same-device all-reduce); NCCL over GPUs needs more cards.
 INSTANTIATE_TEST_SUITE_P(Cuda, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cuda")), case_name);
+// A GPU per rank (skipped where there are fewer GPUs than ranks): peer-memory collectives, ranks that
+// pipeline without host waits, decode steps replayed from graphs that hold every rank's part.
+INSTANTIATE_TEST_SUITE_P(CudaGpus, TensorParallelGolden, ::testing::ValuesIn(tp_cases("cuda", true)), case_name);
 
 TEST(TensorParallelGolden, CoversDenseMoeGptOssAndHybridFixtures) {
   // Fails (rather than skips) when the fixtures are missing: CI must run them.
