@@ -35,6 +35,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kv_fp8.cuh"
+#include "backend/cuda/quant_pairs.cuh"  // allow_dynamic_smem
 
 namespace pagellm::cuda {
 namespace {
@@ -738,8 +739,8 @@ cudaError_t run_attention(const AttentionArgs& a, const AttentionPlan& plan, flo
   if (plan.decode_splits > 0) {
     const int64_t smem = plan.decode_smem_bytes;
     if (smem > 48 * 1024) {
-      static const cudaError_t attribute = cudaFuncSetAttribute(
-          decode_kernel<T, C, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
+      static std::atomic<uint64_t> raised{0};  // per device: each GPU of a process needs its own
+      const cudaError_t attribute = allow_dynamic_smem(decode_kernel<T, C, V>, smem_optin_limit(), raised);
       if (attribute != cudaSuccess) return attribute;
     }
     const int group = static_cast<int>(a.num_heads / a.k_layout.num_kv_heads);

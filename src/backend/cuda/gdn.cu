@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/quant_pairs.cuh"  // allow_dynamic_smem
 
 namespace pagellm::cuda {
 namespace {
@@ -588,8 +589,8 @@ template <typename T>
 cudaError_t launch_chunked(const GdnDeltaArgs& args, int64_t chunked_from, cudaStream_t stream) {
   const int64_t smem = chunked_smem_bytes(args.dk);
   if (smem > 48 * 1024) {  // once per dtype: the opt-in ceiling covers every dk the launcher admits
-    static const cudaError_t attribute = cudaFuncSetAttribute(
-        gdn_chunked_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_optin_limit()));
+    static std::atomic<uint64_t> raised{0};  // per device: each GPU of a process needs its own
+    const cudaError_t attribute = allow_dynamic_smem(gdn_chunked_kernel<T>, smem_optin_limit(), raised);
     if (attribute != cudaSuccess) return attribute;
   }
   const dim3 grid(static_cast<unsigned>(args.seqs.num_seqs), static_cast<unsigned>(args.num_v_heads),

@@ -28,6 +28,7 @@
 #include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/quant_pairs.cuh"  // allow_dynamic_smem
 
 namespace pagellm::cuda {
 namespace {
@@ -356,8 +357,8 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
 template <typename T, int D, bool kFp8>
 cudaError_t run_prefill(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int smem = TileSmem<D>::total_bytes;
-  static const cudaError_t attribute =
-      cudaFuncSetAttribute(prefill_kernel<T, D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  static std::atomic<uint64_t> raised{0};  // per device: each GPU of a process needs its own
+  const cudaError_t attribute = allow_dynamic_smem(prefill_kernel<T, D, kFp8>, smem, raised);
   if (attribute != cudaSuccess) return attribute;
   // Tiles: sum over sequences of ceil(q_len / 64) <= num_tokens / 64 + num_seqs.
   const int64_t max_tiles = (a.num_tokens + kTileRows - 1) / kTileRows + a.num_seqs;
