@@ -44,7 +44,7 @@ Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Ch
   PAGELLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Backend>> backends,
                            make_tensor_parallel_group(backend, tp.size, tp.share_device, tp.communicator));
   // Measured on two H100s and two H200s: the collectives pass their tests, but the engine's first
-  // step after the KV cache is made stops on a cudaMemcpyAsync "invalid argument" (not yet found).
+  // forward stops on a cudaMemcpyAsync "invalid argument" (not yet found; docs/PERFORMANCE.md).
   if (backend.device() == Device::kCuda && !tp.share_device) {
     backend.set_communicator(nullptr);
     return unimplemented("[model] --tensor-parallel-size {} with a GPU per rank in one process does not run yet; run "
