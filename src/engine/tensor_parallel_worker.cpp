@@ -70,8 +70,10 @@ void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
   std::vector<Tensor> inputs;
   while (true) {
     WorkerFrame frame;
-    group.recv(0, &frame, sizeof(frame), "waiting for the next step", -1.0);  // idle servers wait long
+    // An idle rank 0 still sends heartbeats: nothing for --tp-timeout-s means it hangs.
+    group.recv(0, &frame, sizeof(frame), "waiting for the next step");
     if (frame.message == WorkerMessage::kStop) return;
+    if (frame.message == WorkerMessage::kHeartbeat) continue;
     CHECK_MSG(frame.message == WorkerMessage::kStep && frame.bytes < (uint64_t{1} << 34),
               "[tp] rank {}: an unknown frame from rank 0", group.rank());
     message.resize(frame.bytes);

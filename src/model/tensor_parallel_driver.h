@@ -7,15 +7,20 @@
 // mappings.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "backend/tcp_group.h"
 #include "model/model.h"
 
 namespace pagellm {
 
-// The frames rank 0 sends a worker between steps' collectives.
-enum class WorkerMessage : uint32_t { kStep = 1, kStop = 2 };
+// The frames rank 0 sends a worker between steps' collectives. Heartbeats go out every quarter of
+// --tp-timeout-s while no step is being sent or run, so a worker that hears nothing for
+// --tp-timeout-s knows rank 0 hangs (or its host is gone) even while the server is idle.
+enum class WorkerMessage : uint32_t { kStep = 1, kStop = 2, kHeartbeat = 3 };
 struct WorkerFrame {
   WorkerMessage message = WorkerMessage::kStep;
   uint32_t reserved = 0;
@@ -34,10 +39,19 @@ class TensorParallelDriver final : public Model {
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
  private:
+  void send_heartbeats();
+
   Backend& backend_;
   std::unique_ptr<Model> shard_;
   std::shared_ptr<TcpGroup> group_;
   const void* layout_sent_for_ = nullptr;  // the caches whose layout the workers have
+  // Held while a step is sent and run (its collectives use the same connections) and while a
+  // heartbeat is sent.
+  std::mutex connections_;
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_wake_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
 };
 
 }  // namespace pagellm

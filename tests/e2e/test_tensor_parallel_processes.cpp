@@ -261,6 +261,26 @@ TEST(TensorParallelProcesses, AKilledRankZeroEndsItsWorker) {
             std::string::npos) << worker.log();
 }
 
+// An idle rank 0 sends heartbeats: one that stops (hangs, or its host is gone without closing the
+// connection) ends its worker within --tp-timeout-s, while a rank 0 that only idles does not.
+TEST(TensorParallelProcesses, AHungRankZeroEndsItsWorkerButAnIdleOneDoesNot) {
+  const int port = free_local_port();
+  Rank worker(concat({"serve", "--model", e2e_model_dir()}, group_flags(1, port, "2")));
+  ServeProcess server(group_flags(0, port, "2"));
+  ASSERT_TRUE(server.ready()) << server.log() << worker.log();
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // idle for more than twice the timeout
+  EXPECT_EQ(worker.wait_exit(0.2), -1) << "the worker of an idle rank 0 keeps running: " << worker.log();
+  EXPECT_EQ(complete(server.port(), 4).contains("tokens"), true) << "the group still serves after idling";
+  server.stop(SIGSTOP, 0);
+  const auto stopped = Clock::now();
+  EXPECT_EQ(worker.wait_exit(8), 1) << worker.log();
+  const double took_s = std::chrono::duration<double>(Clock::now() - stopped).count();
+  EXPECT_LT(took_s, 6.0);
+  EXPECT_NE(worker.log().find("pagellm: error: [tp] rank 1: waiting for the next step: nothing came for 2 s"),
+            std::string::npos) << worker.log();
+  server.stop(SIGKILL, 5000);
+}
+
 TEST(TensorParallelProcesses, AWorkerWithOtherFlagsIsRefusedOnBothSides) {
   const fs::path dir = fs::path(PAGELLM_SOURCE_DIR) / "tests/golden/families/llama3_untied_f32";
   const std::vector<std::string> request = {"--model", dir.string(), "--prompt-ids", "1,2,3", "--max-tokens", "2"};
