@@ -165,8 +165,6 @@ class Backend {
     (void)record;
     return nullptr;
   }
-  // Whether capture() is recording this backend's queue now.
-  virtual bool is_capturing() const { return false; }
 
   // out[M, N] = x[M, K] . w[N, K]^T
   virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;

@@ -47,21 +47,6 @@ Expected<TcpGroupOptions> process_group_options(const EngineConfig& c) {
 
 namespace {
 
-// The step's input tensors copied to `backend`'s device (held in `keep`).
-StepBatch inputs_on(Backend& backend, const StepBatch& host, std::vector<Tensor>& keep) {
-  keep.clear();
-  auto copy = [&](const TensorView& from) {
-    if (from.data == nullptr) return from;
-    Tensor mine = backend.alloc(from.shape, from.dtype);
-    backend.copy(mine.view(), from);
-    keep.push_back(mine);
-    return mine.view();
-  };
-  StepBatch out = host;
-  for (TensorView* v : step_input_views(out)) *v = copy(*v);
-  return out;
-}
-
 // Receives rank 0's steps and runs each on this rank's shard until rank 0 says stop.
 void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
   std::vector<Tensor> cache_tensors;
@@ -84,7 +69,7 @@ void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
     apply_state_slot_inits(backend, step->batch.state_slot_inits, caches);
     // The inputs arrive in host memory; a GPU rank reads its own copies (kept until the next step's
     // copies are queued behind this step's work).
-    const StepBatch batch = backend.device() == Device::kCpu ? step->batch : inputs_on(backend, step->batch, inputs);
+    const StepBatch batch = backend.device() == Device::kCpu ? step->batch : copy_step_inputs(step->batch, backend, inputs);
     shard.forward(batch, caches, TensorView());
   }
 }

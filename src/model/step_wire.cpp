@@ -136,13 +136,22 @@ void apply_state_slot_inits(Backend& backend, const std::vector<StateSlotInit>& 
   backend.synchronize();  // the host zeros go at the end of this function
 }
 
-std::vector<TensorView*> step_input_views(StepBatch& batch) {
-  std::vector<TensorView*> views = {&batch.token_ids,   &batch.positions,    &batch.cu_seqlens_q,
-                                    &batch.seq_lens_k,  &batch.block_tables, &batch.slot_mapping,
-                                    &batch.logits_rows, &batch.state_slots,  &batch.gdn_checkpoint_slots};
-  for (TensorView& v : batch.more_block_tables) views.push_back(&v);
-  for (TensorView& v : batch.more_slot_mappings) views.push_back(&v);
-  return views;
+StepBatch copy_step_inputs(const StepBatch& batch, Backend& backend, std::vector<Tensor>& keep) {
+  keep.clear();
+  auto copy = [&](const TensorView& from) {
+    if (from.data == nullptr) return from;
+    Tensor mine = backend.alloc(from.shape, from.dtype);
+    backend.copy(mine.view(), from);
+    keep.push_back(mine);
+    return mine.view();
+  };
+  StepBatch out = batch;
+  for (TensorView* v : {&out.token_ids, &out.positions, &out.cu_seqlens_q, &out.seq_lens_k, &out.block_tables,
+                        &out.slot_mapping, &out.logits_rows, &out.state_slots, &out.gdn_checkpoint_slots})
+    *v = copy(*v);
+  for (TensorView& v : out.more_block_tables) v = copy(v);
+  for (TensorView& v : out.more_slot_mappings) v = copy(v);
+  return out;
 }
 
 std::vector<uint8_t> encode_step(const StepBatch& batch, Backend& backend, const CacheLayout* layout) {

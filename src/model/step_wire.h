@@ -40,9 +40,10 @@ void apply_state_slot_inits(Backend& backend, const std::vector<StateSlotInit>& 
 
 // The message of one step: the batch (its tensors read through `backend`, the one they live on) and
 // the cache layout when `layout` is given.
-// The step's input tensors (token ids ... the extra KV groups' slot mappings), for code that moves
-// them to another device.
-std::vector<TensorView*> step_input_views(StepBatch& batch);
+// `batch` with its input tensors (token ids ... the extra KV groups' slot mappings) copied onto
+// `backend`'s device, the copies held in `keep` (cleared first): for a rank whose inputs live in
+// another memory (host memory after a step message, or another GPU).
+StepBatch copy_step_inputs(const StepBatch& batch, Backend& backend, std::vector<Tensor>& keep);
 
 std::vector<uint8_t> encode_step(const StepBatch& batch, Backend& backend, const CacheLayout* layout);
 

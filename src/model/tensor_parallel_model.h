@@ -7,10 +7,8 @@
 // through the same block tables and slot mappings, so one scheduler and one block pool serve all).
 //
 // Every rank runs on a thread of this process (make_current() binds it to its device). CPU ranks and
-// CUDA ranks sharing one GPU read the step's inputs where rank 0's backend put them, after rank 0's
-// queue has run to the step. Ranks on GPUs of their own get them through host memory and copy them
-// into buffers of their own (whose addresses stay: the first step towards capturing every rank's part
-// in a CUDA graph, which waits for a device-side copy of rank 0's inputs).
+// CUDA ranks sharing one GPU read the step's inputs where rank 0's backend put them; ranks on other
+// GPUs get copies first (a layout load_model refuses for now: docs/PERFORMANCE.md).
 #pragma once
 
 #include <memory>
@@ -33,19 +31,15 @@ class TensorParallelModel final : public Model {
   const ModelConfig& config() const override { return ranks_[0]->config(); }
   // One rank's cache shape; on the CPU every rank's copy takes the same host memory, which the budget counts.
   MemorySpec memory_spec() const override;
-  bool is_graph_capturable() const override;
+  bool is_graph_capturable() const override { return false; }
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
  private:
-  // Ranks on GPUs of their own.
-  void forward_on_own_devices(const StepBatch& batch, const CacheViews& caches, TensorView logits);
-  // Rank r's copy of one of the step's inputs, in its buffer `slot` (its address stays while the
-  // input fits; an outgrown buffer stays allocated, since a captured graph may still read it).
-  TensorView stage_input(size_t rank, size_t slot, const TensorView& from);
-  StepBatch staged_batch(size_t rank, const StepBatch& batch);
   // Rank r's copy of the caches rank 0 was given (allocated once, on first use; layers sharing a
   // tensor share its copy too).
   const CacheViews& rank_caches(size_t rank, const CacheViews& caches);
+  // Rank r's view of the step's inputs: rank 0's when they share its memory, else copies on its device.
+  StepBatch rank_batch(size_t rank, const StepBatch& batch);
   bool shares_memory_with_rank0(size_t rank) const;
 
   Backend& rank0_;
@@ -53,11 +47,8 @@ class TensorParallelModel final : public Model {
   std::vector<std::unique_ptr<Model>> ranks_;
   std::vector<CacheViews> rank_caches_;              // [N - 1]
   std::vector<std::vector<Tensor>> rank_cache_tensors_;
+  std::vector<std::vector<Tensor>> rank_inputs_;      // [N - 1]: this step's input copies
   std::vector<const void*> cached_for_;              // [N - 1]: rank 0's first K tensor each copy mirrors
-  bool own_devices_ = false;                         // every rank > 0 on a GPU other than rank 0's
-  std::vector<std::vector<Tensor>> staged_inputs_;   // [N - 1][input slot]: stage_input()'s buffers
-  std::vector<Tensor> retired_inputs_;
-  std::vector<Tensor> host_inputs_;                  // this step's inputs in host memory
   std::unique_ptr<RankThreads> threads_;
 };
 

@@ -157,7 +157,6 @@ class CudaBackend final : public Backend {
   void wait_for(uint64_t mark) override;
   void copy_ids(TensorView dst, const TensorView& src, const TensorView& pairs) override;
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
-  bool is_capturing() const override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
   // Quantized weights (quant_gemv.h): the GEMV for decode-sized products; for larger ones FP8 blocks of
@@ -221,6 +220,7 @@ class CudaBackend final : public Backend {
   void quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op);
   bool fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x, const cuda::QuantWeight& w,
                        const char* op);
+  bool is_capturing() const;
   void* grow_only(Tensor& workspace, uint64_t& workspace_captures, size_t bytes, const char* op, const char* what);
 
   int device_;
