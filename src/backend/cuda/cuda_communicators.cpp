@@ -131,7 +131,7 @@ class SameDeviceCommunicator final : public Communicator {
 // Each rank's staging buffer, flag table and counters, freed on the rank's device.
 class PeerMemory {
  public:
-  explicit PeerMemory(const std::vector<int>& devices) : devices_(devices) {
+  explicit PeerMemory(const std::vector<int>& devices) {
     const int size = static_cast<int>(devices.size());
     groups_.resize(devices.size());
     for (int r = 0; r < size; ++r) {
@@ -169,7 +169,6 @@ class PeerMemory {
   const cuda::PeerGroup& group(int rank) const { return groups_[static_cast<size_t>(rank)]; }
 
  private:
-  std::vector<int> devices_;
   std::vector<cuda::PeerGroup> groups_;
   std::vector<std::pair<int, void*>> allocations_;
 };
