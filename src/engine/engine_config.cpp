@@ -86,7 +86,7 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--tp-communicator", config.tp_communicator,
                      "collectives of CUDA ranks on GPUs of one process: auto (peer memory when every pair of GPUs "
                      "reaches the other's, else NCCL), peer (one kernel per collective over NVLink / PCIe, summing "
-                     "in rank order), nccl. That layout is refused for now: run GPU ranks as processes (--nnodes)")
+                     "in rank order, captured in the decode steps' CUDA graphs), nccl")
       ->check(CLI::IsMember({"auto", "peer", "nccl"}))
       ->capture_default_str();
   command.add_option("--nnodes", config.nnodes,

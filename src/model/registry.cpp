@@ -43,14 +43,6 @@ Expected<std::unique_ptr<Model>> load_shards(const ModelConfig& config, const Ch
                                              const Factory& factory, const TensorParallelOptions& tp) {
   PAGELLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Backend>> backends,
                            make_tensor_parallel_group(backend, tp.size, tp.share_device, tp.communicator));
-  // Measured on two H100s and two H200s: the collectives pass their tests, but the engine's first
-  // forward stops on a cudaMemcpyAsync "invalid argument" (not yet found; docs/PERFORMANCE.md).
-  if (backend.device() == Device::kCuda && !tp.share_device) {
-    backend.set_communicator(nullptr);
-    return unimplemented("[model] --tensor-parallel-size {} with a GPU per rank in one process does not run yet; run "
-                         "the ranks as processes, one GPU each: --nnodes {} --node-rank R (README, Tensor parallelism)",
-                         tp.size, tp.size);
-  }
   std::vector<std::unique_ptr<Model>> ranks;
   for (int rank = 0; rank < tp.size; ++rank) {
     Backend& rank_backend = rank == 0 ? backend : *backends[static_cast<size_t>(rank) - 1];

@@ -71,7 +71,6 @@ TensorParallelModel::TensorParallelModel(Backend& rank0, std::vector<std::unique
                                          std::vector<std::unique_ptr<Backend>> backends)
     : rank0_(rank0), backends_(std::move(backends)), ranks_(std::move(ranks)) {
   CHECK(ranks_.size() >= 2 && backends_.size() + 1 == ranks_.size());
-  rank_inputs_.resize(backends_.size());
   rank_caches_.resize(backends_.size());
   rank_cache_tensors_.resize(backends_.size());
   cached_for_.assign(backends_.size(), nullptr);
@@ -95,9 +94,19 @@ MemorySpec TensorParallelModel::memory_spec() const {
   return spec;
 }
 
-StepBatch TensorParallelModel::rank_batch(size_t rank, const StepBatch& batch) {
+StepBatch TensorParallelModel::rank_batch(size_t rank, const StepBatch& batch, std::vector<Tensor>& keep) {
   if (shares_memory_with_rank0(rank)) return batch;
-  return copy_step_inputs(batch, *backends_[rank - 1], rank_inputs_[rank - 1]);
+  return copy_step_inputs(batch, *backends_[rank - 1], keep);
+}
+
+bool TensorParallelModel::is_graph_capturable() const {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const Backend& backend = r == 0 ? rank0_ : *backends_[r - 1];
+    if (!ranks_[r]->is_graph_capturable() || backend.communicator() == nullptr ||
+        !backend.communicator()->is_graph_capturable())
+      return false;
+  }
+  return true;
 }
 
 const CacheViews& TensorParallelModel::rank_caches(size_t rank, const CacheViews& caches) {
@@ -117,8 +126,10 @@ void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& cach
     rank_caches(r, caches);
   }
   rank0_.make_current();
-  // Rank 0's backend queued the step's inputs on its own stream: the other ranks read them once there.
-  rank0_.synchronize();
+  // Rank 0's backend queued the step's inputs on its own stream: the other ranks' work starts after
+  // them, and rank 0's next work after all of theirs (stream order, no host wait: a capture on rank
+  // 0's stream takes in every rank's step).
+  for (size_t r = 1; r < ranks_.size(); ++r) backends_[r - 1]->wait_for_work_of(rank0_);
   threads_->run([&](int rank) {
     if (rank == 0) {
       ranks_[0]->forward(batch, caches, logits);
@@ -126,11 +137,12 @@ void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& cach
     }
     const size_t r = static_cast<size_t>(rank);
     backends_[r - 1]->make_current();
-    const StepBatch mine = rank_batch(r, batch);
+    std::vector<Tensor> inputs;  // freed in stream order after the rank's step (inside a capture too)
+    const StepBatch mine = rank_batch(r, batch, inputs);
     apply_state_slot_inits(*backends_[r - 1], batch.state_slot_inits, rank_caches_[r - 1]);
     ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
-    backends_[r - 1]->synchronize();  // the copies of the inputs live until the rank is done with them
   });
+  for (size_t r = 1; r < ranks_.size(); ++r) rank0_.wait_for_work_of(*backends_[r - 1]);
 }
 
 }  // namespace pagellm

@@ -8,7 +8,7 @@
 //
 // Every rank runs on a thread of this process (make_current() binds it to its device). CPU ranks and
 // CUDA ranks sharing one GPU read the step's inputs where rank 0's backend put them; ranks on other
-// GPUs get copies first (a layout load_model refuses for now: docs/PERFORMANCE.md).
+// GPUs copy them over first (NVLink or PCIe peer copies).
 #pragma once
 
 #include <memory>
@@ -31,15 +31,18 @@ class TensorParallelModel final : public Model {
   const ModelConfig& config() const override { return ranks_[0]->config(); }
   // One rank's cache shape; on the CPU every rank's copy takes the same host memory, which the budget counts.
   MemorySpec memory_spec() const override;
-  bool is_graph_capturable() const override { return false; }
+  // When every rank's model and collectives are (a CUDA graph captured on rank 0's stream records
+  // every rank's step: forward() hands the step over through stream waits).
+  bool is_graph_capturable() const override;
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
  private:
   // Rank r's copy of the caches rank 0 was given (allocated once, on first use; layers sharing a
   // tensor share its copy too).
   const CacheViews& rank_caches(size_t rank, const CacheViews& caches);
-  // Rank r's view of the step's inputs: rank 0's when they share its memory, else copies on its device.
-  StepBatch rank_batch(size_t rank, const StepBatch& batch);
+  // Rank r's view of the step's inputs: rank 0's when they share its memory, else copies on its device
+  // (held in `keep`).
+  StepBatch rank_batch(size_t rank, const StepBatch& batch, std::vector<Tensor>& keep);
   bool shares_memory_with_rank0(size_t rank) const;
 
   Backend& rank0_;
@@ -47,7 +50,6 @@ class TensorParallelModel final : public Model {
   std::vector<std::unique_ptr<Model>> ranks_;
   std::vector<CacheViews> rank_caches_;              // [N - 1]
   std::vector<std::vector<Tensor>> rank_cache_tensors_;
-  std::vector<std::vector<Tensor>> rank_inputs_;      // [N - 1]: this step's input copies
   std::vector<const void*> cached_for_;              // [N - 1]: rank 0's first K tensor each copy mirrors
   std::unique_ptr<RankThreads> threads_;
 };

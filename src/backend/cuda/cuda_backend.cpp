@@ -155,6 +155,7 @@ class CudaBackend final : public Backend {
   void copy_to_host_async(TensorView dst, const TensorView& src) override;
   uint64_t mark() override;
   void wait_for(uint64_t mark) override;
+  void wait_for_work_of(Backend& other) override;
   void copy_ids(TensorView dst, const TensorView& src, const TensorView& pairs) override;
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
@@ -259,10 +260,14 @@ class CudaBackend final : public Backend {
   static constexpr uint64_t kMarkEvents = 8;
   std::vector<cudaEvent_t> mark_events_;
   uint64_t num_marks_ = 0;
+  // wait_for_work_of(): recorded on this stream when another backend waits for it (one event does:
+  // a wait takes the record queued before it), created on this GPU at the first such wait.
+  cudaEvent_t handoff_event_ = nullptr;
 
  public:
   ~CudaBackend() override {
     for (cudaEvent_t event : mark_events_) (void)cudaEventDestroy(event);
+    if (handoff_event_ != nullptr) (void)cudaEventDestroy(handoff_event_);
   }
 };
 
@@ -302,6 +307,25 @@ uint64_t CudaBackend::mark() {
 void CudaBackend::wait_for(uint64_t mark) {
   CHECK_MSG(mark < num_marks_, "[cuda] wait_for({}) of a mark not made yet ({} made)", mark, num_marks_);
   CUDA_CHECK(cudaEventSynchronize(mark_events_[mark % kMarkEvents]));
+}
+
+void CudaBackend::wait_for_work_of(Backend& other_backend) {
+  auto* other = dynamic_cast<CudaBackend*>(&other_backend);
+  CHECK_MSG(other != nullptr, "[cuda] wait_for_work_of a {} backend", other_backend.name());
+  if (other == this) return;
+  int current = 0;
+  CUDA_CHECK(cudaGetDevice(&current));
+  // An event belongs to the GPU that was current when it was made, and is recorded on a stream of that GPU.
+  CUDA_CHECK(cudaSetDevice(other->device_));
+  if (other->handoff_event_ == nullptr)
+    CUDA_CHECK(cudaEventCreateWithFlags(&other->handoff_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(other->handoff_event_, other->stream()));
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream(), other->handoff_event_, 0));
+  // Joined to another stream's capture: a graph may now point at this backend's scratch, which must
+  // not be freed when it grows later (grow_only).
+  if (is_capturing()) ++num_captures_;
+  CUDA_CHECK(cudaSetDevice(current));
 }
 
 void CudaBackend::copy_to_host_async(TensorView dst, const TensorView& src) {
@@ -384,6 +408,39 @@ int64_t CudaBackend::free_memory_bytes() const {
   return static_cast<int64_t>(free_bytes + (reserved > used ? reserved - used : 0));
 }
 
+namespace {
+
+std::string where_pointer_lives(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, ptr);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fmt::format("{} (attributes: {})", ptr, cudaGetErrorName(status));
+  }
+  const char* type = attributes.type == cudaMemoryTypeDevice    ? "device"
+                     : attributes.type == cudaMemoryTypeHost    ? "pinned host"
+                     : attributes.type == cudaMemoryTypeManaged ? "managed"
+                                                                : "unregistered host";
+  return fmt::format("{} ({} memory of GPU {})", ptr, type, attributes.device);
+}
+
+// A failed copy names where each side lives and which GPU is current: the usual cause is memory of
+// one GPU reached from another's stream.
+[[noreturn]] void copy_failed(cudaError_t status, const char* call, const TensorView& dst, const TensorView& src,
+                              int backend_device, cudaStream_t stream) {
+  int current = -1, stream_device = -1;
+  (void)cudaGetDevice(&current);
+  (void)cudaStreamGetDevice(stream, &stream_device);
+  (void)cudaGetLastError();
+  ::pagellm::detail::check_failed(
+      __FILE__, __LINE__, call,
+      fmt::format("[cuda] copy of {} bytes from {} to {} failed: {} ({}); backend GPU {}, stream of GPU {}, current GPU {}",
+                  src.nbytes(), where_pointer_lives(src.data), where_pointer_lives(dst.data), cudaGetErrorString(status),
+                  cudaGetErrorName(status), backend_device, stream_device, current));
+}
+
+}  // namespace
+
 void CudaBackend::copy(TensorView dst, const TensorView& src) {
   CHECK_MSG(dst.numel() == src.numel() && dst.dtype == src.dtype, "[cuda] copy {} {} -> {} {}", src.shape.to_string(),
             dtype_name(src.dtype), dst.shape.to_string(), dtype_name(dst.dtype));
@@ -392,7 +449,8 @@ void CudaBackend::copy(TensorView dst, const TensorView& src) {
   const cudaMemcpyKind kind = from_host ? (to_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
                                         : (to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
   if (dst.is_contiguous() && src.is_contiguous()) {
-    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), kind, stream()));
+    const cudaError_t status = cudaMemcpyAsync(dst.data, src.data, src.nbytes(), kind, stream());
+    if (status != cudaSuccess) copy_failed(status, "cudaMemcpyAsync", dst, src, device_, stream());
   } else {
     // Strided rows (e.g. columns of a fused buffer): one 2-D copy when both sides have a uniform
     // row pitch, else one copy per row.
