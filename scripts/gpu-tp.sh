@@ -6,7 +6,8 @@
 #                    per rank, and the e2e tests of GPU ranks as processes
 #   GPU_TP_PERF="qwen3-8b"  W1 (bench serve, 512 in / 128 out) at GPU_TP_LEVELS (default "1 128") for
 #                    each preset at --tensor-parallel-size 1 and 2 (GPU_TP_SIZES), same client
-#   GPU_TP_PROCS_PERF=qwen3-8b  W1 c1 with the ranks as two processes (NCCL), then over sockets
+#   GPU_TP_PROCS_PERF=qwen3-8b  W1 at GPU_TP_PROCS_LEVELS (default 1) with the ranks as two processes,
+#                    over NCCL as it chooses (NVLink) and forced onto sockets (GPU_TP_PROCS_MODES)
 #
 # Logs are packed into $OUT/tp.tgz; the summary table comes last.
 set -uo pipefail
@@ -74,7 +75,7 @@ done
 for preset in ${GPU_TP_PROCS_PERF:-}; do
   model=/tmp/$preset
   [ -f "$model/config.json" ] || "$b/src/pagellm" make-model --preset "$preset" --out "$model" --tokenizer assets/tokenizers/qwen3 >/dev/null 2>&1
-  for mode in nccl sockets; do
+  for mode in ${GPU_TP_PROCS_MODES:-nccl sockets}; do
     env_mode=()
     [ $mode = sockets ] && env_mode=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
     port=18600; master=29611

@@ -1,6 +1,6 @@
 // The collectives of CUDA ranks on GPUs of their own (backend/cuda/cuda_communicators.h) against their
 // CPU twin (ranks as threads, sums in rank order): the peer-memory kernels give the twin's bits for
-// every size (sliced through the staging buffer or not), in eager launches and replayed graphs, and
+// every size (pushed into the peers' inboxes, staged, or sliced through the staging buffer), in eager launches and replayed graphs, and
 // gather uneven column blocks; NCCL's two-rank sums equal them too. Needs two GPUs (skips otherwise).
 #include <thread>
 
@@ -95,7 +95,8 @@ void check_all_reduce(GpuGroup& group, DType dtype, int64_t count, uint64_t seed
 
 TEST(CudaPeerCommunicator, AllReduceGivesTheTwinsBitsForEverySize) {
   TWO_GPUS_OR_SKIP(group, "peer");
-  // One element, a ragged tail, one block, many blocks, and past the 8 MiB staging buffer (sliced).
+  // Pushed (up to 1 MiB): one element, a ragged tail, one block, many blocks; staged: 2 and 4 MiB; past
+  // the 8 MiB staging buffer (sliced).
   for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{3 * 4096 + 5}, int64_t{1} << 20,
                         (int64_t{5} << 20) + 3}) {
     check_all_reduce(*group, DType::kBF16, count, 7 + static_cast<uint64_t>(count));
@@ -106,10 +107,12 @@ TEST(CudaPeerCommunicator, AllReduceGivesTheTwinsBitsForEverySize) {
 
 TEST(CudaPeerCommunicator, ManyCollectivesInARowStayInStep) {
   TWO_GPUS_OR_SKIP(group, "peer");
-  // The flags count up with every collective of a block; sizes that use different numbers of blocks
-  // in turn must keep every block's count equal on both ranks.
-  for (int round = 0; round < 40; ++round)
-    check_all_reduce(*group, DType::kBF16, round % 2 == 0 ? 8 : 300000 + round, 100 + static_cast<uint64_t>(round));
+  // The flags count up with every collective: push messages (up to 1 MiB) of one block and of many,
+  // and staged ones (larger) whose blocks keep counts of their own, in turn; each push collective
+  // reuses the inbox half of the one before the last.
+  const int64_t sizes[3] = {8, 300000, 700000};  // bf16: 16 B, ~600 KB (push), 1.4 MB (staged)
+  for (int round = 0; round < 42; ++round)
+    check_all_reduce(*group, DType::kBF16, sizes[round % 3] + round, 100 + static_cast<uint64_t>(round));
 }
 
 TEST(CudaPeerCommunicator, GatherColumnsPutsUnevenBlocksSideBySideOnTheRoot) {

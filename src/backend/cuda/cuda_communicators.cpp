@@ -144,14 +144,24 @@ class PeerMemory {
       CUDA_CHECK(cudaMalloc(&epochs, sizeof(uint32_t) * cuda::PeerGroup::kMaxBlocks));
       CUDA_CHECK(cudaMemset(flags, 0, flag_bytes));
       CUDA_CHECK(cudaMemset(epochs, 0, sizeof(uint32_t) * cuda::PeerGroup::kMaxBlocks));
-      allocations_.push_back({devices[static_cast<size_t>(r)], buffer});
-      allocations_.push_back({devices[static_cast<size_t>(r)], flags});
-      allocations_.push_back({devices[static_cast<size_t>(r)], epochs});
+      // The push all-reduce's inbox: two halves of a part per sender; flags 0 (the first collective's is 1).
+      void* inbox = nullptr;
+      uint32_t* push_counters = nullptr;
+      const size_t inbox_bytes = 2 * static_cast<size_t>(size) * cuda::kPushLines * cuda::kPushInboxLineBytes;
+      CUDA_CHECK(cudaMalloc(&inbox, inbox_bytes));
+      CUDA_CHECK(cudaMalloc(&push_counters, 2 * sizeof(uint32_t)));
+      CUDA_CHECK(cudaMemset(inbox, 0, inbox_bytes));
+      CUDA_CHECK(cudaMemset(push_counters, 0, 2 * sizeof(uint32_t)));
+      for (void* ptr : {buffer, static_cast<void*>(flags), static_cast<void*>(epochs), inbox,
+                        static_cast<void*>(push_counters)})
+        allocations_.push_back({devices[static_cast<size_t>(r)], ptr});
       for (cuda::PeerGroup& g : groups_) {
         g.buffers[r] = buffer;
         g.flags[r] = flags;
+        g.inboxes[r] = inbox;
       }
       groups_[static_cast<size_t>(r)].epochs = epochs;
+      groups_[static_cast<size_t>(r)].push_counters = push_counters;
       groups_[static_cast<size_t>(r)].rank = r;
     }
     for (cuda::PeerGroup& g : groups_) {

@@ -111,6 +111,88 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerGroup g, 
   if (threadIdx.x == 0) g.epochs[blockIdx.x] = n + 1;
 }
 
+constexpr int kPushThreads = 256;
+
+__device__ __forceinline__ void store_line_volatile(void* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 load_line_volatile(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)
+               : "memory");
+  return v;
+}
+
+// Line `line` of sender `sender` in half `half` of rank `owner`'s inbox.
+__device__ __forceinline__ uint4* inbox_line(const PeerGroup& g, int owner, uint32_t half, int sender, int64_t line) {
+  return static_cast<uint4*>(g.inboxes[owner]) + (static_cast<int64_t>(half) * g.num_ranks + sender) * kPushLines + line;
+}
+
+// The 8 bytes of `data` in line `line` (zeros past count), as two words.
+template <typename T>
+__device__ __forceinline__ uint2 read_line(const T* data, int64_t line, int64_t count, bool whole_lines) {
+  constexpr int kPerLine = 8 / sizeof(T);
+  const int64_t first = line * kPerLine;
+  if (whole_lines) return *reinterpret_cast<const uint2*>(data + first);
+  union {
+    uint2 raw;
+    T v[kPerLine];
+  } out;
+  out.raw = make_uint2(0, 0);
+  for (int k = 0; k < kPerLine && first + k < count; ++k) out.v[k] = data[first + k];
+  return out.raw;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kPushThreads) peer_push_all_reduce_kernel(PeerGroup g, T* data, int64_t count) {
+  constexpr int kPerLine = 8 / sizeof(T);
+  const uint32_t n = g.push_counters[0], flag = n + 1, half = n & 1;
+  const int64_t lines = (count + kPerLine - 1) / kPerLine;
+  const bool whole_lines = count % kPerLine == 0 && reinterpret_cast<uintptr_t>(data) % 8 == 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kPushThreads;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPushThreads + threadIdx.x;
+  for (int64_t line = first; line < lines; line += stride) {
+    const uint2 mine = read_line(data, line, count, whole_lines);
+    for (int peer = 0; peer < g.num_ranks; ++peer)
+      if (peer != g.rank) store_line_volatile(inbox_line(g, peer, half, g.rank, line), make_uint4(mine.x, flag, mine.y, flag));
+  }
+  for (int64_t line = first; line < lines; line += stride) {
+    float sum[kPerLine] = {};
+    for (int r = 0; r < g.num_ranks; ++r) {
+      union {
+        uint2 raw;
+        T v[kPerLine];
+      } part;
+      if (r == g.rank) {
+        part.raw = read_line(data, line, count, whole_lines);
+      } else {
+        const uint4* from = inbox_line(g, g.rank, half, r, line);
+        uint4 v = load_line_volatile(from);
+        const uint64_t start = global_time_ns();
+        while (v.y != flag || v.w != flag) {
+          if (global_time_ns() - start > kPeerWaitLimitNs) __trap();
+          v = load_line_volatile(from);
+        }
+        part.raw = make_uint2(v.x, v.z);
+      }
+#pragma unroll
+      for (int k = 0; k < kPerLine; ++k) sum[k] += to_f32(part.v[k]);
+    }
+    const int64_t base = line * kPerLine;
+    for (int k = 0; k < kPerLine && base + k < count; ++k) data[base + k] = from_f32<T>(sum[k]);
+  }
+  // The last block to finish moves the count on (the next collective in stream order reads it).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&g.push_counters[1], 1u) == gridDim.x - 1) {
+      g.push_counters[1] = 0;
+      g.push_counters[0] = n + 1;
+    }
+  }
+}
+
 // Elements of `E` bytes, moved as unsigned integers of that size.
 template <typename E>
 __global__ void __launch_bounds__(kThreads) peer_gather_columns_kernel(PeerGroup g, E* out, int64_t total_columns,
@@ -146,9 +228,16 @@ int peer_blocks(int64_t elements, int64_t per_block) {
 
 cudaError_t launch_peer_all_reduce(DType dtype, const PeerGroup& group, void* data, int64_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  if (count * static_cast<int64_t>(dtype_size_bytes(dtype)) > group.buffer_bytes) return cudaErrorInvalidValue;
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size_bytes(dtype));
+  if (bytes > group.buffer_bytes) return cudaErrorInvalidValue;
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
+    if (bytes <= kPushMaxBytes && group.inboxes[group.rank] != nullptr) {
+      const int64_t lines = (bytes + 7) / 8;
+      const int blocks = peer_blocks(lines, kPushThreads * 2);
+      peer_push_all_reduce_kernel<T><<<blocks, kPushThreads, 0, stream>>>(group, static_cast<T*>(data), count);
+      return cudaGetLastError();
+    }
     constexpr int64_t kVec = 16 / sizeof(T);
     // The block count depends on the count only: every rank slices alike, aligned or not.
     const int blocks = peer_blocks(count, kThreads * kVec);
