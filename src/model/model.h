@@ -25,6 +25,11 @@ class Model {
   virtual bool is_graph_capturable() const { return true; }
   // Writes logits[R, vocab] (activation dtype) for the rows batch.logits_rows selects.
   virtual void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) = 0;
+  // Records what `record` queues on `backend` (a forward() and the ops after it) as one graph to
+  // replay; a model whose forward also queues work on backends of its own records their parts too.
+  virtual std::unique_ptr<OpGraph> capture(Backend& backend, const std::function<void()>& record) {
+    return backend.capture(record);
+  }
 };
 
 // Loads a model folder (config.json + safetensors) onto `backend`. Unknown architectures are an

@@ -120,6 +120,32 @@ const CacheViews& TensorParallelModel::rank_caches(size_t rank, const CacheViews
   return rank_caches_[i];
 }
 
+// Rank 0's graph and the other ranks' (each on its rank's stream), replayed as forward() runs a step.
+class RankGraphs final : public OpGraph {
+ public:
+  RankGraphs(Backend& rank0, std::vector<Backend*> others, std::unique_ptr<OpGraph> rank0_graph,
+             std::vector<std::unique_ptr<OpGraph>> other_graphs)
+      : rank0_(rank0), others_(std::move(others)), rank0_graph_(std::move(rank0_graph)),
+        other_graphs_(std::move(other_graphs)) {}
+
+  void replay() override {
+    for (size_t i = 0; i < others_.size(); ++i) {
+      others_[i]->make_current();
+      others_[i]->wait_for_work_of(rank0_);
+      other_graphs_[i]->replay();
+    }
+    rank0_.make_current();
+    rank0_graph_->replay();
+    for (Backend* other : others_) rank0_.wait_for_work_of(*other);
+  }
+
+ private:
+  Backend& rank0_;
+  std::vector<Backend*> others_;
+  std::unique_ptr<OpGraph> rank0_graph_;
+  std::vector<std::unique_ptr<OpGraph>> other_graphs_;
+};
+
 void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) {
   for (size_t r = 1; r < ranks_.size(); ++r) {  // before the threads start
     backends_[r - 1]->make_current();
@@ -127,22 +153,48 @@ void TensorParallelModel::forward(const StepBatch& batch, const CacheViews& cach
   }
   rank0_.make_current();
   // Rank 0's backend queued the step's inputs on its own stream: the other ranks' work starts after
-  // them, and rank 0's next work after all of theirs (stream order, no host wait: a capture on rank
-  // 0's stream takes in every rank's step).
-  for (size_t r = 1; r < ranks_.size(); ++r) backends_[r - 1]->wait_for_work_of(rank0_);
+  // them, and rank 0's next work after all of theirs (stream order, no host wait). While capturing,
+  // RankGraphs::replay does this.
+  if (!capturing_)
+    for (size_t r = 1; r < ranks_.size(); ++r) backends_[r - 1]->wait_for_work_of(rank0_);
   threads_->run([&](int rank) {
     if (rank == 0) {
       ranks_[0]->forward(batch, caches, logits);
       return;
     }
     const size_t r = static_cast<size_t>(rank);
-    backends_[r - 1]->make_current();
-    std::vector<Tensor> inputs;  // freed in stream order after the rank's step (inside a capture too)
-    const StepBatch mine = rank_batch(r, batch, inputs);
-    apply_state_slot_inits(*backends_[r - 1], batch.state_slot_inits, rank_caches_[r - 1]);
-    ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
+    Backend& backend = *backends_[r - 1];
+    backend.make_current();
+    auto step = [&] {
+      std::vector<Tensor> inputs;  // freed in stream order after the rank's step (inside a capture too)
+      const StepBatch mine = rank_batch(r, batch, inputs);
+      apply_state_slot_inits(backend, batch.state_slot_inits, rank_caches_[r - 1]);
+      ranks_[r]->forward(mine, rank_caches_[r - 1], TensorView());
+    };
+    if (capturing_) {
+      rank_graphs_[r - 1] = backend.capture(step);
+    } else {
+      step();
+    }
   });
-  for (size_t r = 1; r < ranks_.size(); ++r) rank0_.wait_for_work_of(*backends_[r - 1]);
+  if (!capturing_)
+    for (size_t r = 1; r < ranks_.size(); ++r) rank0_.wait_for_work_of(*backends_[r - 1]);
+}
+
+std::unique_ptr<OpGraph> TensorParallelModel::capture(Backend& backend, const std::function<void()>& record) {
+  CHECK_MSG(&backend == &rank0_, "[model] a tensor-parallel step is captured on rank 0's backend");
+  rank_graphs_.clear();
+  rank_graphs_.resize(backends_.size());
+  capturing_ = true;
+  std::unique_ptr<OpGraph> rank0_graph = backend.capture(record);
+  capturing_ = false;
+  if (rank0_graph == nullptr) return nullptr;
+  std::vector<Backend*> others;
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    CHECK_MSG(rank_graphs_[i] != nullptr, "[model] rank {} recorded no graph while rank 0 captured", i + 1);
+    others.push_back(backends_[i].get());
+  }
+  return std::make_unique<RankGraphs>(rank0_, std::move(others), std::move(rank0_graph), std::move(rank_graphs_));
 }
 
 }  // namespace pagellm

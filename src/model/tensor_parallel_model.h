@@ -11,6 +11,7 @@
 // GPUs copy them over first (NVLink or PCIe peer copies).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,10 +32,13 @@ class TensorParallelModel final : public Model {
   const ModelConfig& config() const override { return ranks_[0]->config(); }
   // One rank's cache shape; on the CPU every rank's copy takes the same host memory, which the budget counts.
   MemorySpec memory_spec() const override;
-  // When every rank's model and collectives are (a CUDA graph captured on rank 0's stream records
-  // every rank's step: forward() hands the step over through stream waits).
+  // When every rank's model and collectives are.
   bool is_graph_capturable() const override;
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
+  // One graph per rank, each captured on its rank's thread while rank 0 records `record` (one graph
+  // fed from several threads at once is not safe to build); replaying them hands the step over in
+  // stream order as forward() does.
+  std::unique_ptr<OpGraph> capture(Backend& backend, const std::function<void()>& record) override;
 
  private:
   // Rank r's copy of the caches rank 0 was given (allocated once, on first use; layers sharing a
@@ -51,6 +55,8 @@ class TensorParallelModel final : public Model {
   std::vector<CacheViews> rank_caches_;              // [N - 1]
   std::vector<std::vector<Tensor>> rank_cache_tensors_;
   std::vector<const void*> cached_for_;              // [N - 1]: rank 0's first K tensor each copy mirrors
+  bool capturing_ = false;                           // within capture(): forward() records each rank's part
+  std::vector<std::unique_ptr<OpGraph>> rank_graphs_;  // [N - 1]: what the last capture recorded
   std::unique_ptr<RankThreads> threads_;
 };
 

@@ -621,7 +621,7 @@ void ModelRunner::run_graph(const StepLayout& layout, const StepSlot& slot, int3
     graph->replay();
   } else {
     forward_and_argmax(batch, layout.num_logits_rows);  // also sizes every scratch buffer the capture will name
-    graph = backend_.capture([&] { forward_and_argmax(batch, layout.num_logits_rows); });
+    graph = model_.capture(backend_, [&] { forward_and_argmax(batch, layout.num_logits_rows); });
   }
 }
 
