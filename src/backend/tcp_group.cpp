@@ -117,6 +117,7 @@ TcpGroup::TcpGroup(const TcpGroupOptions& options) : options_(options) {}
 
 TcpGroup::~TcpGroup() {
   stop_watching();
+  stop_heartbeats();
   for (int fd : sockets_)
     if (fd >= 0) ::close(fd);
 }
@@ -257,15 +258,24 @@ void TcpGroup::watch_peers() {
   watchdog_ = std::thread([this] {
     std::vector<pollfd> fds;
     for (int peer = 1; peer < size(); ++peer) fds.push_back(pollfd{socket_of(peer), POLLIN | POLLRDHUP, 0});
+    std::vector<Clock::time_point> last_heard(fds.size(), Clock::now());
     while (watching_) {
-      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
-      for (size_t i = 0; i < fds.size() && watching_; ++i) {
+      const int ready = ::poll(fds.data(), fds.size(), 100);
+      for (size_t i = 0; i < fds.size() && ready > 0 && watching_; ++i) {
         if (fds[i].revents == 0) continue;
-        char byte = 0;  // no rank sends rank 0 anything while it runs: readable means closed
-        const ssize_t n = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || (fds[i].revents & (POLLHUP | POLLRDHUP)))
+        char bytes[64];  // heartbeats: no rank sends rank 0 anything else while it runs
+        const ssize_t n = ::recv(fds[i].fd, bytes, sizeof(bytes), MSG_DONTWAIT);
+        if (n > 0) {
+          last_heard[i] = Clock::now();
+          continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR) || (fds[i].revents & (POLLHUP | POLLRDHUP)))
           if (watching_) fail(static_cast<int>(i) + 1, "the connection closed (the peer's process ended)");
       }
+      for (size_t i = 0; i < fds.size() && watching_; ++i)
+        if (std::chrono::duration<double>(Clock::now() - last_heard[i]).count() > timeout_s())
+          fail(static_cast<int>(i) + 1,
+               fmt::format("nothing came for {:.0f} s (the peer's process hangs or is stopped)", timeout_s()));
     }
   });
 }
@@ -273,6 +283,28 @@ void TcpGroup::watch_peers() {
 void TcpGroup::stop_watching() {
   watching_ = false;
   if (watchdog_.joinable()) watchdog_.join();
+}
+
+void TcpGroup::start_heartbeats() {
+  CHECK_MSG(rank() != 0 && !heartbeat_.joinable(), "[tp] start_heartbeats() is a worker's, once");
+  heartbeat_ = std::thread([this] {
+    const auto interval = std::chrono::duration<double>(timeout_s() / 4);
+    const char beat = 1;
+    std::unique_lock<std::mutex> lock(heartbeat_mutex_);
+    while (!heartbeat_wake_.wait_for(lock, interval, [&] { return heartbeats_stopping_; })) {
+      // Rank 0 gone: the main thread's next wait for a step ends the process with the error.
+      if (!send_all(sockets_[0], &beat, 1, after(timeout_s()))) return;
+    }
+  });
+}
+
+void TcpGroup::stop_heartbeats() {
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mutex_);
+    heartbeats_stopping_ = true;
+  }
+  heartbeat_wake_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 void TcpGroup::fail(int peer, const std::string& why) const {

@@ -14,11 +14,13 @@
 // so no rank waits forever for a dead one.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
-#include <atomic>
 #include <vector>
 
 #include "core/status.h"
@@ -56,12 +58,18 @@ class TcpGroup {
   // After loading: each rank > 0 reports ready; rank 0 waits (startup deadline) until all have.
   Status wait_until_all_loaded();
 
-  // Rank 0 of a group whose collectives do not travel over these connections (NCCL): a thread that
-  // ends this process with the one-line error when another rank's connection closes (its process
-  // died), since rank 0 may then wait inside a collective on the GPU. stop_watching() ends it (before
-  // rank 0 tells the others to stop, which closes their connections).
+  // A group whose collectives do not travel over these connections (NCCL), where rank 0 may wait
+  // inside a collective on the GPU for a rank that is gone:
+  // - every other rank sends rank 0 a byte every quarter of the timeout from a thread of its own
+  //   (start_heartbeats), which a slow step does not hold up but a stopped or hung process does;
+  // - rank 0 runs a thread (watch_peers) that ends this process with the one-line error when another
+  //   rank's connection closes (its process died) or nothing came from it within the timeout.
+  // stop_watching() ends rank 0's thread (before it tells the others to stop, which closes their
+  // connections); stop_heartbeats() a rank's.
   void watch_peers();
   void stop_watching();
+  void start_heartbeats();
+  void stop_heartbeats();
 
  private:
   explicit TcpGroup(const TcpGroupOptions& options);
@@ -73,6 +81,10 @@ class TcpGroup {
   TcpGroupOptions options_;
   std::thread watchdog_;
   std::atomic<bool> watching_{false};
+  std::thread heartbeat_;
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_wake_;
+  bool heartbeats_stopping_ = false;
   std::vector<int> sockets_;  // rank 0: [size] (its own entry -1); others: [1], the connection to rank 0
 };
 

@@ -89,7 +89,10 @@ Status run_tensor_parallel_worker(const EngineConfig& config) {
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> shard, load_model(config.model_dir, *backend, dtype, config.quantization));
   PAGELLM_RETURN_IF_ERROR(group->wait_until_all_loaded());
   LOG_INFO("[tp] rank {}: shard loaded; running rank 0's steps", options.rank);
+  // Over NCCL rank 0 hears from this rank only through these (tcp_group.h watch_peers).
+  if (backend->device() != Device::kCpu) group->start_heartbeats();
   serve_steps(*group, *shard, *backend);
+  group->stop_heartbeats();
   LOG_INFO("[tp] rank {}: rank 0 stopped the group", options.rank);
   return Status::ok();
 }

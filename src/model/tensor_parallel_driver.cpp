@@ -9,8 +9,8 @@ namespace pagellm {
 TensorParallelDriver::TensorParallelDriver(Backend& backend, std::unique_ptr<Model> shard,
                                            std::shared_ptr<TcpGroup> group)
     : backend_(backend), shard_(std::move(shard)), group_(std::move(group)) {
-  // Over NCCL a dead worker would leave rank 0 waiting inside a collective on the GPU; over TCP the
-  // collectives themselves see the connection close.
+  // Over NCCL a dead or stopped worker would leave rank 0 waiting inside a collective on the GPU; over
+  // TCP the collectives themselves see the connection close or the deadline pass.
   if (backend_.device() != Device::kCpu) group_->watch_peers();
   heartbeat_ = std::thread([this] { send_heartbeats(); });
 }

@@ -252,6 +252,15 @@ TEST(TensorParallelProcesses, AKilledGpuWorkerEndsRankZeroWithAClearError) {
   EXPECT_NE(error.find("(rank 1)"), std::string::npos) << error;
 }
 
+// A stopped GPU worker keeps its connection open: rank 0's watchdog misses its heartbeats instead.
+// The worker is stopped while the request's steps run, so rank 0 may be waiting in a collective.
+TEST(TensorParallelProcesses, AStoppedGpuWorkerEndsRankZeroWithinTheTimeout) {
+  if (const std::optional<std::string> why = two_gpus_missing(e2e_model_dir())) GTEST_SKIP() << "needs two GPUs: " << *why;
+  const std::string error = rank0_error_after([](Rank& worker) { worker.signal(SIGSTOP); }, "4", 10, "cuda");
+  EXPECT_NE(error.find("nothing came for 4 s (the peer's process hangs or is stopped) (rank 1)"), std::string::npos)
+      << error;
+}
+
 TEST(TensorParallelProcesses, AHungWorkerEndsRankZeroAfterTheCollectiveDeadline) {
   const std::string error = rank0_error_after([](Rank& worker) { worker.signal(SIGSTOP); }, "3", 15);
   EXPECT_NE(error.find("nothing came for 3 s"), std::string::npos) << error;
