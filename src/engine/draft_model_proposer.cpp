@@ -3,14 +3,12 @@
 #include <algorithm>
 
 #include "cache/kv_cache_groups.h"
+#include "cache/state_cache.h"
 
 namespace pagellm {
 
 Status check_draft_model(const Model& draft, const Model& target, const Tokenizer* draft_tokenizer,
                          const Tokenizer* target_tokenizer) {
-  if (draft.memory_spec().is_hybrid())
-    return invalid_argument("[speculative-config] the draft model {} is a hybrid (Gated DeltaNet) model, whose "
-                            "recurrent state cannot be rolled back past rejected drafts", draft.config().architecture);
   if (draft.config().vocab_size != target.config().vocab_size)
     return invalid_argument("[speculative-config] the draft model's vocab_size {} differs from the target's {}: a "
                             "draft must share the target's tokenizer", draft.config().vocab_size,
@@ -27,41 +25,82 @@ Status check_draft_model(const Model& draft, const Model& target, const Tokenize
   return Status::ok();
 }
 
+int64_t draft_state_bytes(const Model& draft, int max_num_seqs, int num_drafts) {
+  const MemorySpec spec = draft.memory_spec();
+  return spec.is_hybrid() ? state_cache_bytes(spec, max_num_seqs, max_num_seqs * num_drafts) : 0;
+}
+
 namespace {
 KvCacheConfig draft_cache_config(const Model& model, int num_blocks, int block_size) {
   // No prefix index: the draft cache follows the target's requests, which rarely repeat a draft step.
   return KvCacheConfig{num_blocks, block_size, /*enable_prefix_caching=*/false,
                        kv_cache_groups_of(model.memory_spec()).windows};
 }
+
+// A hybrid draft's state chains (draft_model_proposer.h): one per request that may speculate.
+int num_state_chains(const Model& draft, int max_num_seqs) {
+  return draft.memory_spec().is_hybrid() ? std::max(max_num_seqs, 1) : 0;
+}
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size,
-                                       int num_drafts)
+                                       int num_drafts, int max_num_seqs)
     : model_(std::move(draft)),
-      runner_(*model_, backend, num_blocks, block_size),
+      runner_(*model_, backend, num_blocks, block_size, std::max(num_state_chains(*model_, max_num_seqs), 1),
+              std::nullopt, num_state_chains(*model_, max_num_seqs) * num_drafts),
       kv_cache_(draft_cache_config(*model_, num_blocks, block_size)),
       block_size_(block_size),
       num_drafts_(num_drafts),
-      greedy_(greedy_sampling_params()) {}
+      greedy_(greedy_sampling_params()),
+      num_chains_(num_state_chains(*model_, max_num_seqs)) {
+  for (int32_t chain = num_chains_ - 1; chain >= 0; --chain) free_chains_.push_back(chain);
+}
 
 DraftModelProposer::~DraftModelProposer() = default;
 
+int DraftModelProposer::keepable(RequestId id, int num_matching) const {
+  if (!is_hybrid()) return num_matching;
+  const StateChain& chain = chains_.at(id);
+  // Keeping n tokens restarts from S_(n - 1 - start), which must have been written.
+  if (chain.num_states == 0 || num_matching <= chain.start) return 0;
+  return std::min(num_matching, chain.start + chain.num_states);
+}
+
+void DraftModelProposer::keep_state(ScheduledRequest& row, int i) const {
+  if (!is_hybrid()) return;
+  row.state_checkpoints = {PlannedCheckpoint{row.context_len(), chains_.at(row.request_id).chain * num_drafts_ + i}};
+}
+
 std::optional<ScheduledRequest> DraftModelProposer::catch_up_row(const Request& request) {
+  const RequestId id = request.id();
+  if (is_hybrid() && !chains_.contains(id)) {
+    if (free_chains_.empty()) return std::nullopt;  // decodes without drafts until a chain is free
+    chains_[id] = StateChain{free_chains_.back(), 0, 0};
+    free_chains_.pop_back();
+  }
   const std::span<const TokenId> tokens = request.token_ids();
   const int num_tokens = static_cast<int>(tokens.size());
-  std::vector<TokenId>& cached = cached_tokens_[request.id()];
+  std::vector<TokenId>& cached = cached_tokens_[id];
   // The last token is always computed again: its logits give the first draft.
   const auto mismatch = std::mismatch(cached.begin(), cached.end(), tokens.begin(), tokens.end());
-  const int num_kept = std::min(static_cast<int>(mismatch.first - cached.begin()), num_tokens - 1);
+  const int num_kept = keepable(id, std::min(static_cast<int>(mismatch.first - cached.begin()), num_tokens - 1));
   cached.resize(static_cast<size_t>(num_kept));
-  if (kv_cache_.has_request(request.id())) kv_cache_.trim(request.id(), num_kept);
+  if (kv_cache_.has_request(id)) kv_cache_.trim(id, num_kept);
   // This step writes positions [num_kept, num_tokens + num_drafts - 1): the rest and drafts 1 .. k - 1.
-  if (!kv_cache_.allocate(request.id(), num_kept, num_tokens - num_kept + num_drafts_ - 1)) {
-    forget(request.id());
+  if (!kv_cache_.allocate(id, num_kept, num_tokens - num_kept + num_drafts_ - 1)) {
+    forget(id);
     return std::nullopt;
   }
-  ScheduledRequest row =
-      greedy_draft_row(kv_cache_, request.id(), {tokens.begin() + num_kept, tokens.end()}, num_kept, greedy_);
+  ScheduledRequest row = greedy_draft_row(kv_cache_, id, {tokens.begin() + num_kept, tokens.end()}, num_kept, greedy_);
+  if (is_hybrid()) {
+    StateChain& chain = chains_.at(id);
+    // The slot starts again: from zeros, or from the state after the kept tokens.
+    row.is_new = true;
+    row.restore_state_checkpoint = num_kept == 0 ? -1 : chain.chain * num_drafts_ + (num_kept - 1 - chain.start);
+    chain.start = num_tokens - 1;
+    chain.num_states = 0;
+    keep_state(row, 0);
+  }
   cached.assign(tokens.begin(), tokens.end());
   return row;
 }
@@ -81,9 +120,11 @@ DraftProposals DraftModelProposer::propose(const std::vector<const Request*>& re
       const ScheduledRequest& row = plan.rows[r];
       const TokenId token = result.sampled[r].token_id;
       drafts[row.request_id].push_back(token);
+      if (is_hybrid()) chains_.at(row.request_id).num_states = i + 1;
       if (i + 1 == num_drafts_) continue;  // the last draft needs no KV
       cached_tokens_[row.request_id].push_back(token);
       next.rows.push_back(greedy_draft_row(kv_cache_, row.request_id, {token}, row.context_len(), greedy_));
+      keep_state(next.rows.back(), i + 1);
     }
     plan = std::move(next);
   }
@@ -93,8 +134,15 @@ DraftProposals DraftModelProposer::propose(const std::vector<const Request*>& re
 void DraftModelProposer::forget(RequestId id) {
   kv_cache_.free(id);
   cached_tokens_.erase(id);
+  if (const auto it = chains_.find(id); it != chains_.end()) {
+    free_chains_.push_back(it->second.chain);
+    chains_.erase(it);
+    runner_.release_state(id);
+  }
 }
 
-bool DraftModelProposer::is_idle() const { return cached_tokens_.empty() && kv_cache_.is_leak_free(); }
+bool DraftModelProposer::is_idle() const {
+  return cached_tokens_.empty() && kv_cache_.is_leak_free() && chains_.empty() && runner_.num_state_slots_in_use() == 0;
+}
 
 }  // namespace pagellm

@@ -11,9 +11,18 @@
 //   request   [ p0 ... p(n-1) ]           draft cache  [ p0 ... p(n-1) d1 d2 ]   (k = 3)
 //   accepted  [ p0 ... p(n-1) d1 t ]      kept prefix  [ p0 ... p(n-1) d1 ] + computes t, then 2 more
 //
+// A hybrid (Gated DeltaNet) draft cannot overwrite its recurrent state the way it overwrites KV: each
+// request gets a chain of k states, S_i = the state after the catch-up row (i = 0) and after its i-th
+// single-token row, kept as GDN checkpoints of the draft's runner (the checkpoint after a row's last
+// token). The next catch-up that keeps j of the cached drafts restarts the request's slot from S_j
+// (an is_new row restored from that checkpoint):
+//
+//   cached    [ p0 ... p(n-1) d1 d2 ]    states S0 (after p(n-1)), S1 (after d1), S2 (after d2)
+//   kept      [ p0 ... p(n-1) d1 ]       the slot restarts from S1, the row computes from d1's successor
+//
 // Greedy drafts make the proposal distribution one-hot, so the scheduler's verification keeps the
 // target's distribution for any temperature (sched/scheduler.h). A request whose draft KV does not
-// fit in the draft cache this step decodes without drafts.
+// fit in the draft cache this step decodes without drafts, as does one that finds no free state chain.
 #pragma once
 
 #include <memory>
@@ -29,15 +38,21 @@
 namespace pagellm {
 
 // Why `draft` cannot propose for `target`: another vocabulary (size, or a token spelled otherwise
-// when both have tokenizers), or a hybrid model (its recurrent state cannot be rolled back).
+// when both have tokenizers).
 Status check_draft_model(const Model& draft, const Model& target, const Tokenizer* draft_tokenizer,
                          const Tokenizer* target_tokenizer);
+
+// The bytes a hybrid draft's recurrent states take for max_num_seqs requests and k drafts (0 for a
+// draft without GDN layers).
+int64_t draft_state_bytes(const Model& draft, int max_num_seqs, int num_drafts);
 
 class DraftModelProposer final : public DraftProposer {
  public:
   // The draft cache: num_blocks blocks of block_size tokens (the engine gives it as many as the
-  // target's, so whatever the target holds, the draft holds too).
-  DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size, int num_drafts);
+  // target's, so whatever the target holds, the draft holds too); a hybrid draft also keeps the
+  // recurrent state of up to max_num_seqs requests (draft_state_bytes).
+  DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size, int num_drafts,
+                     int max_num_seqs);
   ~DraftModelProposer() override;
 
   DraftProposals propose(const std::vector<const Request*>& requests) override;
@@ -45,9 +60,22 @@ class DraftModelProposer final : public DraftProposer {
   bool is_idle() const override;
 
  private:
+  // A hybrid draft's states of one request: chain `chain` holds S_i in checkpoint chain * k + i;
+  // S_0 is the state after position start, and num_states of them were written.
+  struct StateChain {
+    int32_t chain = 0;
+    int start = 0;
+    int num_states = 0;
+  };
+
   // Rolls request's draft cache back to the longest prefix of its tokens it holds and makes room
   // for the rest and the drafts; the plan row computing the rest, or none when it does not fit.
   std::optional<ScheduledRequest> catch_up_row(const Request& request);
+  // How many of `cached` tokens the draft can keep (a hybrid draft: only where it has a state).
+  int keepable(RequestId id, int num_matching) const;
+  // A hybrid draft's row keeps the state after its last token as S_i of the request's chain.
+  void keep_state(ScheduledRequest& row, int i) const;
+  bool is_hybrid() const { return num_chains_ > 0; }
 
   std::unique_ptr<Model> model_;
   ModelRunner runner_;
@@ -57,6 +85,9 @@ class DraftModelProposer final : public DraftProposer {
   std::shared_ptr<const SamplingParams> greedy_;
   // Tokens whose KV the draft cache holds, by position.
   std::unordered_map<RequestId, std::vector<TokenId>> cached_tokens_;
+  int num_chains_ = 0;  // hybrid drafts: max_num_seqs; 0 otherwise
+  std::vector<int32_t> free_chains_;
+  std::unordered_map<RequestId, StateChain> chains_;
   uint64_t next_step_index_ = 0;
 };
 

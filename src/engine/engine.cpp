@@ -179,6 +179,15 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
              static_cast<double>(profile.free_after_bytes) / (1 << 30));
   }
   PAGELLM_ASSIGN_OR_RETURN(budget, reserve_state_memory(spec, config, budget));  // hybrid models
+  if (draft) {  // a hybrid draft's recurrent states: a chain of k per request (draft_model_proposer.h)
+    const int64_t draft_states =
+        draft_state_bytes(*draft, config.max_num_seqs, config.speculative.num_speculative_tokens);
+    if (draft_states >= budget)
+      return invalid_argument("[engine] the hybrid draft model's recurrent states for --max-num-seqs {} take {} bytes "
+                              "of a {}-byte budget; lower --max-num-seqs or raise the memory",
+                              config.max_num_seqs, draft_states, budget);
+    budget -= draft_states;
+  }
   const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
   if (num_blocks < 1)
     return invalid_argument("[engine] the KV cache budget of {} bytes holds no block of {} bytes", budget,
@@ -202,7 +211,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   PAGELLM_RETURN_IF_ERROR(engine->scheduler_->config().validate());
   if (draft)
     engine->drafter_ = std::make_unique<DraftModelProposer>(std::move(draft), *engine->backend_, static_cast<int>(num_blocks),
-                                                            config.block_size, config.speculative.num_speculative_tokens);
+                                                            config.block_size, config.speculative.num_speculative_tokens,
+                                                            config.max_num_seqs);
   if (mtp_head)
     engine->drafter_ = std::make_unique<MtpProposer>(std::move(mtp_head), *engine->backend_, static_cast<int>(num_blocks),
                                                      config.block_size, config.speculative.num_speculative_tokens);

@@ -484,20 +484,27 @@ TEST(SpeculativeCuda, SeededSamplingGivesThePlainRun) {
   EXPECT_TRUE(spec_llm->engine().is_idle_and_leak_free());
 }
 
-TEST(Speculative, RefusedWhereItCannotBeExact) {
-  // A hybrid draft (its own GDN state is not rolled back); hybrid targets speculate
-  // (test_hybrid_speculative.cpp).
+// A hybrid (Gated DeltaNet) draft for a dense target: its recurrent state restarts from the state
+// after the kept drafts (draft_model_proposer.h); the target's tokens are transformers'.
+TEST(Speculative, AHybridDraftGivesADenseTargetTheFixtureTokens) {
   const fs::path hybrid = golden_fixture_root("hybrid");
   const std::vector<std::string> names = golden_fixture_names(hybrid);
   ASSERT_FALSE(names.empty());
+  const std::vector<GoldenCase> cases = read_golden_cases(kModel);
   EngineConfig config;
-  config.device = "cpu";
-  config.kv_cache_memory_bytes = 64 << 20;
-  config.model_dir = kModel.string();
+  config.max_num_batched_tokens = 8;  // chunked prompts beside speculative rows
   config.speculative = speculative(R"({"model": ")" + (hybrid / names[0]).string() + R"(", "num_speculative_tokens": 2})");
-  auto bad_draft = LLM::load(config);
-  ASSERT_FALSE(bad_draft.has_value());
-  EXPECT_NE(bad_draft.status().message().find("draft"), std::string::npos) << bad_draft.status().message();
+  auto llm = make_test_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  std::vector<GenerateRequest> requests;
+  for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+  const std::vector<CompletedRequest> outs = llm->generate(std::move(requests));
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ASSERT_TRUE(outs[i].error.is_ok()) << outs[i].error.message();
+    EXPECT_EQ(cases[i].checked(outs[i].token_ids), cases[i].checked(cases[i].greedy)) << "prompt " << i;
+  }
+  EXPECT_GT(llm->engine().metrics().spec_decode_num_draft_tokens, 0u);
+  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
 }
 
 }  // namespace
