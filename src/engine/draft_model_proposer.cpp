@@ -25,9 +25,9 @@ Status check_draft_model(const Model& draft, const Model& target, const Tokenize
   return Status::ok();
 }
 
-int64_t draft_state_bytes(const Model& draft, int max_num_seqs, int num_drafts) {
+int64_t draft_state_bytes(const Model& draft, int num_chains, int num_drafts) {
   const MemorySpec spec = draft.memory_spec();
-  return spec.is_hybrid() ? state_cache_bytes(spec, max_num_seqs, max_num_seqs * num_drafts) : 0;
+  return spec.is_hybrid() ? state_cache_bytes(spec, num_chains, num_chains * num_drafts) : 0;
 }
 
 namespace {
@@ -38,21 +38,19 @@ KvCacheConfig draft_cache_config(const Model& model, int num_blocks, int block_s
 }
 
 // A hybrid draft's state chains (draft_model_proposer.h): one per request that may speculate.
-int num_state_chains(const Model& draft, int max_num_seqs) {
-  return draft.memory_spec().is_hybrid() ? std::max(max_num_seqs, 1) : 0;
-}
+int num_state_chains(const Model& draft, int chains) { return draft.memory_spec().is_hybrid() ? std::max(chains, 1) : 0; }
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size,
-                                       int num_drafts, int max_num_seqs)
+                                       int num_drafts, int chains)
     : model_(std::move(draft)),
-      runner_(*model_, backend, num_blocks, block_size, std::max(num_state_chains(*model_, max_num_seqs), 1),
-              std::nullopt, num_state_chains(*model_, max_num_seqs) * num_drafts),
+      runner_(*model_, backend, num_blocks, block_size, std::max(num_state_chains(*model_, chains), 1), std::nullopt,
+              num_state_chains(*model_, chains) * num_drafts),
       kv_cache_(draft_cache_config(*model_, num_blocks, block_size)),
       block_size_(block_size),
       num_drafts_(num_drafts),
       greedy_(greedy_sampling_params()),
-      num_chains_(num_state_chains(*model_, max_num_seqs)) {
+      num_chains_(num_state_chains(*model_, chains)) {
   for (int32_t chain = num_chains_ - 1; chain >= 0; --chain) free_chains_.push_back(chain);
 }
 

@@ -42,17 +42,17 @@ namespace pagellm {
 Status check_draft_model(const Model& draft, const Model& target, const Tokenizer* draft_tokenizer,
                          const Tokenizer* target_tokenizer);
 
-// The bytes a hybrid draft's recurrent states take for max_num_seqs requests and k drafts (0 for a
+// The bytes a hybrid draft's recurrent states take for num_chains requests and k drafts (0 for a
 // draft without GDN layers).
-int64_t draft_state_bytes(const Model& draft, int max_num_seqs, int num_drafts);
+int64_t draft_state_bytes(const Model& draft, int num_chains, int num_drafts);
 
 class DraftModelProposer final : public DraftProposer {
  public:
   // The draft cache: num_blocks blocks of block_size tokens (the engine gives it as many as the
   // target's, so whatever the target holds, the draft holds too); a hybrid draft also keeps the
-  // recurrent state of up to max_num_seqs requests (draft_state_bytes).
+  // recurrent states of up to num_state_chains requests at a time (draft_state_bytes).
   DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size, int num_drafts,
-                     int max_num_seqs);
+                     int num_state_chains);
   ~DraftModelProposer() override;
 
   DraftProposals propose(const std::vector<const Request*>& requests) override;
@@ -85,7 +85,7 @@ class DraftModelProposer final : public DraftProposer {
   std::shared_ptr<const SamplingParams> greedy_;
   // Tokens whose KV the draft cache holds, by position.
   std::unordered_map<RequestId, std::vector<TokenId>> cached_tokens_;
-  int num_chains_ = 0;  // hybrid drafts: max_num_seqs; 0 otherwise
+  int num_chains_ = 0;  // hybrid drafts: the requests that may speculate at once; 0 otherwise
   std::vector<int32_t> free_chains_;
   std::unordered_map<RequestId, StateChain> chains_;
   uint64_t next_step_index_ = 0;
