@@ -155,10 +155,9 @@ class Backend {
   virtual uint64_t mark() { return 0; }
   virtual void wait_for(uint64_t mark) { (void)mark; }
   // Work queued on this backend from now on starts after the work `other` has queued so far, without
-  // the host waiting (the ranks of a tensor-parallel model hand each step over this way). On CUDA an
-  // event of other's stream that this stream waits for; a stream capture follows it, so a graph
-  // captured on rank 0's stream takes in the streams of the ranks it hands the step to. Backends that
-  // run ops as they are called need nothing.
+  // the host waiting (the ranks of a tensor-parallel model hand each step over this way, eagerly and
+  // around the replay of their graphs). On CUDA an event of other's stream that this stream waits for.
+  // Backends that run ops as they are called need nothing.
   virtual void wait_for_work_of(Backend& other) { (void)other; }
   // dst[pairs[i][0]] = src[pairs[i][1]] for i < N: dst [D], src [S] i32 vectors, pairs [N, 2] i32, all
   // on the op's device; indices outside dst or src are a broken invariant (CHECK on the CPU, trap on

@@ -286,26 +286,15 @@ void TcpGroup::stop_watching() {
 }
 
 void TcpGroup::start_heartbeats() {
-  CHECK_MSG(rank() != 0 && !heartbeat_.joinable(), "[tp] start_heartbeats() is a worker's, once");
-  heartbeat_ = std::thread([this] {
-    const auto interval = std::chrono::duration<double>(timeout_s() / 4);
+  CHECK_MSG(rank() != 0 && !heartbeat_, "[tp] start_heartbeats() is a worker's, once");
+  heartbeat_ = std::make_unique<PeriodicThread>(std::chrono::duration<double>(timeout_s() / 4), [this] {
     const char beat = 1;
-    std::unique_lock<std::mutex> lock(heartbeat_mutex_);
-    while (!heartbeat_wake_.wait_for(lock, interval, [&] { return heartbeats_stopping_; })) {
-      // Rank 0 gone: the main thread's next wait for a step ends the process with the error.
-      if (!send_all(sockets_[0], &beat, 1, after(timeout_s()))) return;
-    }
+    // Rank 0 gone: the main thread's next wait for a step ends the process with the error.
+    return send_all(sockets_[0], &beat, 1, after(timeout_s()));
   });
 }
 
-void TcpGroup::stop_heartbeats() {
-  {
-    std::lock_guard<std::mutex> lock(heartbeat_mutex_);
-    heartbeats_stopping_ = true;
-  }
-  heartbeat_wake_.notify_all();
-  if (heartbeat_.joinable()) heartbeat_.join();
-}
+void TcpGroup::stop_heartbeats() { heartbeat_.reset(); }
 
 void TcpGroup::fail(int peer, const std::string& why) const {
   // A collective cannot return an error through the model's forward: the whole rank ends, as vLLM's

@@ -15,14 +15,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/periodic_thread.h"
 #include "core/status.h"
 
 namespace pagellm {
@@ -81,10 +80,7 @@ class TcpGroup {
   TcpGroupOptions options_;
   std::thread watchdog_;
   std::atomic<bool> watching_{false};
-  std::thread heartbeat_;
-  std::mutex heartbeat_mutex_;
-  std::condition_variable heartbeat_wake_;
-  bool heartbeats_stopping_ = false;
+  std::unique_ptr<PeriodicThread> heartbeat_;
   std::vector<int> sockets_;  // rank 0: [size] (its own entry -1); others: [1], the connection to rank 0
 };
 

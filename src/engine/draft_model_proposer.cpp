@@ -36,21 +36,24 @@ KvCacheConfig draft_cache_config(const Model& model, int num_blocks, int block_s
   return KvCacheConfig{num_blocks, block_size, /*enable_prefix_caching=*/false,
                        kv_cache_groups_of(model.memory_spec()).windows};
 }
-
-// A hybrid draft's state chains (draft_model_proposer.h): one per request that may speculate.
-int num_state_chains(const Model& draft, int chains) { return draft.memory_spec().is_hybrid() ? std::max(chains, 1) : 0; }
 }  // namespace
+
+int draft_state_chains(const Model& draft, int num_drafts, int64_t budget_bytes, int max_num_seqs) {
+  const int64_t scratch = draft_state_bytes(draft, 0, num_drafts);
+  const int64_t per_chain = draft_state_bytes(draft, 1, num_drafts) - scratch;
+  return static_cast<int>(
+      std::clamp<int64_t>((budget_bytes / 4 - scratch) / std::max<int64_t>(per_chain, 1), 1, max_num_seqs));
+}
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> draft, Backend& backend, int num_blocks, int block_size,
                                        int num_drafts, int chains)
     : model_(std::move(draft)),
-      runner_(*model_, backend, num_blocks, block_size, std::max(num_state_chains(*model_, chains), 1), std::nullopt,
-              num_state_chains(*model_, chains) * num_drafts),
+      num_chains_(model_->memory_spec().is_hybrid() ? std::max(chains, 1) : 0),
+      runner_(*model_, backend, num_blocks, block_size, std::max(num_chains_, 1), std::nullopt, num_chains_ * num_drafts),
       kv_cache_(draft_cache_config(*model_, num_blocks, block_size)),
       block_size_(block_size),
       num_drafts_(num_drafts),
-      greedy_(greedy_sampling_params()),
-      num_chains_(num_state_chains(*model_, chains)) {
+      greedy_(greedy_sampling_params()) {
   for (int32_t chain = num_chains_ - 1; chain >= 0; --chain) free_chains_.push_back(chain);
 }
 

@@ -45,6 +45,9 @@ Status check_draft_model(const Model& draft, const Model& target, const Tokenize
 // The bytes a hybrid draft's recurrent states take for num_chains requests and k drafts (0 for a
 // draft without GDN layers).
 int64_t draft_state_bytes(const Model& draft, int num_chains, int num_drafts);
+// For how many requests at a time (1 .. max_num_seqs) a hybrid draft keeps states: as many as a
+// quarter of `budget_bytes` holds.
+int draft_state_chains(const Model& draft, int num_drafts, int64_t budget_bytes, int max_num_seqs);
 
 class DraftModelProposer final : public DraftProposer {
  public:
@@ -78,6 +81,7 @@ class DraftModelProposer final : public DraftProposer {
   bool is_hybrid() const { return num_chains_ > 0; }
 
   std::unique_ptr<Model> model_;
+  int num_chains_ = 0;  // hybrid drafts: the requests that may speculate at once; 0 otherwise
   ModelRunner runner_;
   KvCacheManager kv_cache_;
   int block_size_;
@@ -85,7 +89,6 @@ class DraftModelProposer final : public DraftProposer {
   std::shared_ptr<const SamplingParams> greedy_;
   // Tokens whose KV the draft cache holds, by position.
   std::unordered_map<RequestId, std::vector<TokenId>> cached_tokens_;
-  int num_chains_ = 0;  // hybrid drafts: the requests that may speculate at once; 0 otherwise
   std::vector<int32_t> free_chains_;
   std::unordered_map<RequestId, StateChain> chains_;
   uint64_t next_step_index_ = 0;

@@ -181,19 +181,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   PAGELLM_ASSIGN_OR_RETURN(budget, reserve_state_memory(spec, config, budget));  // hybrid models
   // A hybrid draft's recurrent states: a chain of 1 + k per request that speculates (draft_model_proposer.h),
   // for as many requests as a quarter of the budget holds (the others decode without drafts).
-  int draft_state_chains = config.max_num_seqs;
+  int draft_chains = config.max_num_seqs;
   if (draft && draft->memory_spec().is_hybrid()) {
     const int k = config.speculative.num_speculative_tokens;
-    const int64_t scratch = draft_state_bytes(*draft, 0, k), per_chain = draft_state_bytes(*draft, 1, k) - scratch;
-    draft_state_chains = static_cast<int>(
-        std::clamp<int64_t>((budget / 4 - scratch) / std::max<int64_t>(per_chain, 1), 1, config.max_num_seqs));
-    const int64_t draft_states = draft_state_bytes(*draft, draft_state_chains, k);
+    draft_chains = draft_state_chains(*draft, k, budget, config.max_num_seqs);
+    const int64_t draft_states = draft_state_bytes(*draft, draft_chains, k);
     if (draft_states >= budget)
       return invalid_argument("[engine] the hybrid draft model's recurrent states take {} bytes for one request, more "
                               "than the {}-byte budget leaves", draft_states, budget);
     budget -= draft_states;
     LOG_INFO("[engine] hybrid draft: recurrent states for {} requests at a time ({:.1f} MiB); others decode without "
-             "drafts", draft_state_chains, static_cast<double>(draft_states) / (1 << 20));
+             "drafts", draft_chains, static_cast<double>(draft_states) / (1 << 20));
   }
   const int64_t num_blocks = num_kv_blocks_for_budget(budget, bytes_per_block);
   if (num_blocks < 1)
@@ -219,7 +217,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   if (draft)
     engine->drafter_ = std::make_unique<DraftModelProposer>(std::move(draft), *engine->backend_, static_cast<int>(num_blocks),
                                                             config.block_size, config.speculative.num_speculative_tokens,
-                                                            draft_state_chains);
+                                                            draft_chains);
   if (mtp_head)
     engine->drafter_ = std::make_unique<MtpProposer>(std::move(mtp_head), *engine->backend_, static_cast<int>(num_blocks),
                                                      config.block_size, config.speculative.num_speculative_tokens);

@@ -12,26 +12,16 @@ TensorParallelDriver::TensorParallelDriver(Backend& backend, std::unique_ptr<Mod
   // Over NCCL a dead or stopped worker would leave rank 0 waiting inside a collective on the GPU; over
   // TCP the collectives themselves see the connection close or the deadline pass.
   if (backend_.device() != Device::kCpu) group_->watch_peers();
-  heartbeat_ = std::thread([this] { send_heartbeats(); });
-}
-
-void TensorParallelDriver::send_heartbeats() {
-  const auto interval = std::chrono::duration<double>(group_->timeout_s() / 4);
   const WorkerFrame beat{WorkerMessage::kHeartbeat, 0, 0};
-  std::unique_lock<std::mutex> lock(heartbeat_mutex_);
-  while (!heartbeat_wake_.wait_for(lock, interval, [&] { return stopping_; })) {
+  heartbeat_ = std::make_unique<PeriodicThread>(std::chrono::duration<double>(group_->timeout_s() / 4), [this, beat] {
     std::lock_guard<std::mutex> between_steps(connections_);
     for (int peer = 1; peer < group_->size(); ++peer) group_->send(peer, &beat, sizeof(beat), "a heartbeat");
-  }
+    return true;
+  });
 }
 
 TensorParallelDriver::~TensorParallelDriver() {
-  {
-    std::lock_guard<std::mutex> lock(heartbeat_mutex_);
-    stopping_ = true;
-  }
-  heartbeat_wake_.notify_all();
-  heartbeat_.join();
+  heartbeat_.reset();
   group_->stop_watching();  // the workers' connections close as they stop
   const WorkerFrame stop{WorkerMessage::kStop, 0, 0};
   for (int peer = 1; peer < group_->size(); ++peer) group_->send(peer, &stop, sizeof(stop), "stop");

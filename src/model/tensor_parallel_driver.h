@@ -7,12 +7,11 @@
 // mappings.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "backend/tcp_group.h"
+#include "core/periodic_thread.h"
 #include "model/model.h"
 
 namespace pagellm {
@@ -39,8 +38,6 @@ class TensorParallelDriver final : public Model {
   void forward(const StepBatch& batch, const CacheViews& caches, TensorView logits) override;
 
  private:
-  void send_heartbeats();
-
   Backend& backend_;
   std::unique_ptr<Model> shard_;
   std::shared_ptr<TcpGroup> group_;
@@ -48,10 +45,7 @@ class TensorParallelDriver final : public Model {
   // Held while a step is sent and run (its collectives use the same connections) and while a
   // heartbeat is sent.
   std::mutex connections_;
-  std::mutex heartbeat_mutex_;
-  std::condition_variable heartbeat_wake_;
-  bool stopping_ = false;
-  std::thread heartbeat_;
+  std::unique_ptr<PeriodicThread> heartbeat_;  // between steps, every quarter of the timeout
 };
 
 }  // namespace pagellm

@@ -22,29 +22,17 @@ std::string stats_line(const EngineMetrics& before, const EngineMetrics& now, do
 }
 
 StatsLogger::StatsLogger(const Engine& engine, std::chrono::milliseconds interval)
-    : engine_(engine), interval_(interval), thread_([this] { loop(); }) {}
+    : engine_(engine), before_(engine.metrics()), last_(std::chrono::steady_clock::now()),
+      thread_(interval, [this] { return log_line(); }) {}
 
-StatsLogger::~StatsLogger() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
-
-void StatsLogger::loop() {
-  EngineMetrics before = engine_.metrics();
-  auto last = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
-    const EngineMetrics now = engine_.metrics();
-    const auto at = std::chrono::steady_clock::now();
-    const std::string line = stats_line(before, now, std::chrono::duration<double>(at - last).count());
-    if (!line.empty()) LOG_INFO("{}", line);
-    before = now;
-    last = at;
-  }
+bool StatsLogger::log_line() {
+  const EngineMetrics now = engine_.metrics();
+  const auto at = std::chrono::steady_clock::now();
+  const std::string line = stats_line(before_, now, std::chrono::duration<double>(at - last_).count());
+  if (!line.empty()) LOG_INFO("{}", line);
+  before_ = now;
+  last_ = at;
+  return true;
 }
 
 }  // namespace pagellm::server

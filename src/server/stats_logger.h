@@ -5,11 +5,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "core/periodic_thread.h"
 #include "engine/engine_metrics.h"
 
 namespace pagellm {
@@ -25,17 +23,14 @@ std::string stats_line(const EngineMetrics& before, const EngineMetrics& now, do
 class StatsLogger {
  public:
   StatsLogger(const Engine& engine, std::chrono::milliseconds interval);
-  ~StatsLogger();  // stops the thread
 
  private:
-  void loop();
+  bool log_line();
 
   const Engine& engine_;
-  std::chrono::milliseconds interval_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  EngineMetrics before_;
+  std::chrono::steady_clock::time_point last_;
+  PeriodicThread thread_;  // last: starts once the members it reads exist
 };
 
 }  // namespace pagellm::server

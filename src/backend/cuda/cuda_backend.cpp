@@ -322,9 +322,6 @@ void CudaBackend::wait_for_work_of(Backend& other_backend) {
   CUDA_CHECK(cudaEventRecord(other->handoff_event_, other->stream()));
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamWaitEvent(stream(), other->handoff_event_, 0));
-  // Joined to another stream's capture: a graph may now point at this backend's scratch, which must
-  // not be freed when it grows later (grow_only).
-  if (is_capturing()) ++num_captures_;
   CUDA_CHECK(cudaSetDevice(current));
 }
 

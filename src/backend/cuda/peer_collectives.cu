@@ -59,6 +59,13 @@ __device__ void meet_peers(const PeerGroup& g, uint32_t value) {
   __syncthreads();
 }
 
+// One load or store (Raw: uint4, uint2, or T itself) seen as the elements of T it carries.
+template <typename Raw, typename T>
+union Lanes {
+  Raw raw;
+  T v[sizeof(Raw) / sizeof(T)];
+};
+
 // [begin, end) of slice `block` of n elements cut into `blocks` slices of a multiple of `align`.
 struct Slice {
   int64_t begin, end;
@@ -86,18 +93,12 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerGroup g, 
   for (int64_t i = s.begin + threadIdx.x * kVec; i < vec_end; i += kThreads * kVec) {
     float sum[kVec] = {};
     for (int r = 0; r < g.num_ranks; ++r) {
-      union {
-        Vec raw;
-        T v[kVec];
-      } part;
+      Lanes<Vec, T> part;
       part.raw = load_cg(reinterpret_cast<const Vec*>(static_cast<const T*>(g.buffers[r]) + i));
 #pragma unroll
       for (int k = 0; k < kVec; ++k) sum[k] += to_f32(part.v[k]);
     }
-    union {
-      Vec raw;
-      T v[kVec];
-    } out;
+    Lanes<Vec, T> out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) out.v[k] = from_f32<T>(sum[k]);
     *reinterpret_cast<Vec*>(data + i) = out.raw;
@@ -135,10 +136,7 @@ __device__ __forceinline__ uint2 read_line(const T* data, int64_t line, int64_t 
   constexpr int kPerLine = 8 / sizeof(T);
   const int64_t first = line * kPerLine;
   if (whole_lines) return *reinterpret_cast<const uint2*>(data + first);
-  union {
-    uint2 raw;
-    T v[kPerLine];
-  } out;
+  Lanes<uint2, T> out;
   out.raw = make_uint2(0, 0);
   for (int k = 0; k < kPerLine && first + k < count; ++k) out.v[k] = data[first + k];
   return out.raw;
@@ -160,10 +158,7 @@ __global__ void __launch_bounds__(kPushThreads) peer_push_all_reduce_kernel(Peer
   for (int64_t line = first; line < lines; line += stride) {
     float sum[kPerLine] = {};
     for (int r = 0; r < g.num_ranks; ++r) {
-      union {
-        uint2 raw;
-        T v[kPerLine];
-      } part;
+      Lanes<uint2, T> part;
       if (r == g.rank) {
         part.raw = read_line(data, line, count, whole_lines);
       } else {
