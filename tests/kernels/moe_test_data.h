@@ -49,9 +49,12 @@ inline void random_mxfp4_stack(int64_t experts, int64_t n, int64_t k, Rng& rng, 
 }
 
 // Logits with exact ties in every row (pairs of equal values), so the lower expert must win.
-inline MoeCase make_case(int64_t tokens, DType dtype, bool gpt_oss, uint64_t seed) {
+inline MoeCase make_case(int64_t tokens, DType dtype, bool gpt_oss, uint64_t seed, int64_t hidden = 64,
+                         int64_t width = 32) {
   MoeCase c;
   c.tokens = tokens;
+  c.hidden = hidden;
+  c.width = width;
   c.dtype = dtype;
   Rng rng(seed);
   if (gpt_oss) {

@@ -3,7 +3,8 @@
 // difference being expf's last bit), the grouped layout (exact), the grouped expert GEMMs (the
 // tensor-core path for bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the
 // combine, for T = 1, 7, 64, 300 (experts without a token included); bitwise batch invariance of a
-// token's output; and the decode-sized timing (printed). Skips without a GPU.
+// token's output across the decode kernel and the tiled one; every MXFP4 code under a range of
+// scales converted exactly by both. Skips without a GPU.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -67,31 +68,83 @@ TEST(CudaMoe, CombineIsBitwiseTheCpuTwin) {
   }
 }
 
-// A token's output does not depend on the batch around it: token 5 alone, and in batches of 7, 64, 300.
+// A token's output does not depend on the batch around it: token 5 alone, and in batches of 7, 64, 300
+// (the decode kernel) and 700 (above 2,048 grouped rows: the tiled kernel), with K over several
+// super-steps (hidden 1,088 = 8.5 x 128, width 160) and the usual small shape.
 TEST(CudaMoe, TokenOutputIsBatchInvariant) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  for (const bool gpt_oss : {false, true}) {
-    MoeCase big = make_case(300, DType::kBF16, gpt_oss, 3);
-    const MoeRun all = run_grouped(*gpu, big);
-    const int64_t token = 5;
-    for (const int64_t tokens : {1, 7, 64}) {
-      MoeCase part = big;
-      part.tokens = tokens;
-      // Token `token` of the big batch is row 0 (T = 1) or keeps its row.
-      const int64_t row = tokens == 1 ? 0 : token;
-      const int64_t first = token - row;
-      part.logits = Tensor::cpu({tokens, big.experts}, big.dtype);
-      part.x = Tensor::cpu({tokens, big.hidden}, big.dtype);
-      part.residual = Tensor::cpu({tokens, big.hidden}, big.dtype);
-      for (auto [dst, src] : {std::pair{&part.logits, &big.logits}, {&part.x, &big.x}, {&part.residual, &big.residual}}) {
-        const size_t row_bytes = static_cast<size_t>(src->size(1)) * dtype_size_bytes(src->dtype());
-        std::memcpy(dst->ptr<void>(), src->ptr<char>() + static_cast<size_t>(first) * row_bytes,
-                    static_cast<size_t>(tokens) * row_bytes);
+  for (const auto [hidden, width] : {std::pair<int64_t, int64_t>{64, 32}, {1088, 160}})
+    for (const bool gpt_oss : {false, true}) {
+      MoeCase big = make_case(700, DType::kBF16, gpt_oss, 3, hidden, width);
+      big.top_k = 4;  // 2,800 pairs: the tiled kernel for the big batch
+      const MoeRun all = run_grouped(*gpu, big);
+      const int64_t token = 5;
+      for (const int64_t tokens : {1, 7, 64, 300}) {
+        MoeCase part = big;
+        part.tokens = tokens;
+        // Token `token` of the big batch is row 0 (T = 1) or keeps its row.
+        const int64_t row = tokens == 1 ? 0 : token;
+        const int64_t first = token - row;
+        part.logits = Tensor::cpu({tokens, big.experts}, big.dtype);
+        part.x = Tensor::cpu({tokens, big.hidden}, big.dtype);
+        part.residual = Tensor::cpu({tokens, big.hidden}, big.dtype);
+        for (auto [dst, src] : {std::pair{&part.logits, &big.logits}, {&part.x, &big.x}, {&part.residual, &big.residual}}) {
+          const size_t row_bytes = static_cast<size_t>(src->size(1)) * dtype_size_bytes(src->dtype());
+          std::memcpy(dst->ptr<void>(), src->ptr<char>() + static_cast<size_t>(first) * row_bytes,
+                      static_cast<size_t>(tokens) * row_bytes);
+        }
+        const MoeRun some = run_grouped(*gpu, part);
+        EXPECT_TRUE(same_bits(host_row(all.out, token), host_row(some.out, row)))
+            << fmt::format("hidden {} gpt_oss {} T {}", hidden, gpt_oss, tokens);
       }
-      const MoeRun some = run_grouped(*gpu, part);
-      EXPECT_TRUE(same_bits(host_row(all.out, token), host_row(some.out, row)))
-          << fmt::format("gpt_oss {} T {}", gpt_oss, tokens);
+      // The big batch against the CPU twin too (the tiled kernel's sums, a few ulps). The combine
+      // rounds after each slot, so an ulp of a partial sum (up to ~8 at hidden 1,088: 2^-5) can
+      // remain where the slots cancel to ~0: the absolute bound is two such ulps.
+      CpuBackend cpu;
+      const MoeRun want = run_grouped(cpu, big);
+      const double rel = ulps(DType::kBF16, 8).rel, abs_bound = hidden > 64 ? 0.0625 : rel * 0.1;
+      EXPECT_EQ(compare_tensors(want.out, all.out, rel, abs_bound), "")
+          << fmt::format("hidden {} gpt_oss {} tiled vs cpu", hidden, gpt_oss);
     }
+}
+
+// Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact
+// f32 one below): with one-hot x rows each output is one weight, so the GPU's bf16 must equal the
+// CPU's bit for bit, through the decode kernel (256 rows) and the tiled one (2,304 rows).
+TEST(CudaMoe, Mxfp4CodesAndScalesConvertExactly) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  const int64_t k = 256, n = 64, experts = 2;
+  const uint8_t exponents[] = {10, 14, 15, 16, 17, 60, 100, 117, 120, 124, 127, 128, 130, 200, 240, 250};
+  Rng rng(11);
+  Tensor blocks = Tensor::cpu({experts, n, k / 2}, DType::kU8), scales = Tensor::cpu({experts, n, k / 32}, DType::kU8);
+  for (int64_t i = 0; i < blocks.numel(); ++i) blocks.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng.below(256));
+  for (int64_t i = 0; i < scales.numel(); ++i)
+    scales.ptr<uint8_t>()[i] = exponents[(i + i / 8) % std::size(exponents)];
+  for (const int64_t tokens : {int64_t{256}, int64_t{2304}}) {
+    Tensor x = Tensor::cpu({tokens, k}, DType::kBF16), logits = Tensor::cpu({tokens, experts}, DType::kBF16);
+    std::memset(x.ptr<void>(), 0, x.nbytes());
+    for (int64_t t = 0; t < tokens; ++t) {
+      attention_test::store_float(x.view().data, DType::kBF16, t * k + t % k, 1.0f);
+      attention_test::store_float(logits.view().data, DType::kBF16, t * experts, 1.0f);  // expert 0
+      attention_test::store_float(logits.view().data, DType::kBF16, t * experts + 1, 0.0f);
+    }
+    Tensor outs[2];
+    Backend* backends[2] = {&cpu, gpu};
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = *backends[b];
+      const int64_t tiles = moe_max_tiles(tokens, experts);
+      Tensor ids = be.alloc({tokens, 1}, DType::kI32), weights = be.alloc({tokens, 1}, DType::kF32);
+      Tensor tile_pairs = be.alloc({tiles, kMoeTileRows}, DType::kI32), tile_experts = be.alloc({tiles}, DType::kI32);
+      Tensor y = be.alloc({tokens, n}, DType::kBF16);
+      const Tensor x_on = on(be, x), logits_on = on(be, logits), blocks_on = on(be, blocks), scales_on = on(be, scales);
+      be.moe_route(ids.view(), weights.view(), logits_on.view(), MoeRouting::kSoftmaxTopK, true);
+      be.moe_group(tile_pairs.view(), tile_experts.view(), ids.view(), experts);
+      be.moe_expert_gemm(y.view(), x_on.view(), MoeExpertWeights{blocks_on.view(), scales_on.view(), TensorView{}},
+                         tile_pairs.view(), tile_experts.view(), 1, std::nullopt);
+      outs[b] = host_copy(be, y);
+    }
+    EXPECT_TRUE(same_bits(outs[0], outs[1])) << "tokens " << tokens << ": " << compare_tensors(outs[0], outs[1], 0.0, 0.0);
   }
 }
 

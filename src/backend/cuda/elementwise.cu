@@ -346,20 +346,26 @@ __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, 
                                                               float eps, NormForm form) {
   extern __shared__ float row_f32[];
   const int64_t row = blockIdx.x;
-  const int64_t d = x.row_size;
+  const int d = static_cast<int>(x.row_size);  // <= kBlockRowMax
+  const int first = static_cast<int>(threadIdx.x);
   T* src = row_ptr<T>(x, row);
+  // Unrolled, so a thread's loads are in flight together: one at a time, each waited for, a 2,880-wide
+  // row took ~7.7 us (12 memory latencies in a row) on an H200.
   if constexpr (kAdd) {
     const T* add = row_ptr<const T>(delta, row);
-    for (int64_t i = threadIdx.x; i < d; i += kThreads) row_f32[i] = round_to<T>(__fadd_rn(to_f32(src[i]), to_f32(add[i])));
+#pragma unroll 8
+    for (int i = first; i < d; i += kThreads) row_f32[i] = round_to<T>(__fadd_rn(to_f32(src[i]), to_f32(add[i])));
   } else {
-    for (int64_t i = threadIdx.x; i < d; i += kThreads) row_f32[i] = to_f32(src[i]);
+#pragma unroll 8
+    for (int i = first; i < d; i += kThreads) row_f32[i] = to_f32(src[i]);
   }
   float sum_sq = 0.0f;  // each thread reads back only the elements it stored
-  for (int64_t i = threadIdx.x; i < d; i += kThreads) sum_sq += row_f32[i] * row_f32[i];
+  for (int i = first; i < d; i += kThreads) sum_sq += row_f32[i] * row_f32[i];
   sum_sq = block_reduce<false>(sum_sq);  // also orders every load above before the stores below
   const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
   T* dst = row_ptr<T>(out, row);
-  for (int64_t i = threadIdx.x; i < d; i += kThreads) {
+#pragma unroll 8
+  for (int i = first; i < d; i += kThreads) {
     const float v = row_f32[i];
     if constexpr (kAdd) src[i] = from_f32<T>(v);
     const float weight = to_f32(w[i]);

@@ -2,35 +2,33 @@
 // in cpu/moe.cpp). Nothing here reads back to the host, and every grid depends on T alone, so a
 // decode step's MoE layers are captured in its CUDA graph.
 //
-// moe_expert_gemm is the decode GEMV of gemv.cu (read its header first) with the rows of x taken
-// through the grouped layout: a block owns one tile (one expert, up to 8 pairs: the mma's 8 real
-// rows of A; for large batches 16 consecutive tiles, sharing the weights it loaded) and 8 columns n
-// of that expert's weight, its warps split K in ranges that depend on K
-// alone and add their partial sums in warp order. So each output element is a fixed-order sum over
-// its own x row and w row: batch invariant. Only the experts some token chose are read (a tile of an
-// unchosen expert does not exist; the grid's spare tiles return at once), each once per tile.
-// With the activation fused (gate_up), the block's 8 columns are 4 gate rows and the matching 4 up
-// rows, so its epilogue has both halves of act(gate) * up.
-// MXFP4 experts (bf16 activations): a lane's 8 elements of a step are 4 bytes of e2m1 nibbles under
-// one e8m0 scale (k0 is a multiple of 32: one group), converted exactly to bf16 in registers.
+// moe_expert_gemm has two tensor-core kernels with one arithmetic (read "The arithmetic both
+// tensor-core kernels share" below), so a pair's output is the same bits alone or in any batch:
+// moe_gemv_kernel for decode-sized batches (a warp streams one expert's 8 weight rows over all of K
+// for one tile of up to 8 pairs, 128 bytes a lane in flight: only the chosen experts are read, once
+// per tile) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a block shares each
+// weight load among 16 tiles of one expert, x staged through shared memory with cp.async). With the
+// activation fused (gate_up), a warp's 8 rows are 4 gate rows and the matching 4 up rows, so its
+// epilogue has both halves of act(gate) * up.
+// MXFP4 experts (bf16 activations): 16 bytes of e2m1 nibbles and one e8m0 scale per lane and super-step,
+// converted exactly to bf16 in registers (table lookups with prmt and one bf16 multiply per pair).
 // Other dtypes (f32, or f16 with MXFP4, whose range cannot hold every scaled value) and K % 32 != 0
 // (a tensor-parallel shard of a small expert) take a plain f32 FMA kernel over the same layout.
+#include <atomic>
 #include <cfloat>
 
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mma_16816.cuh"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/quant_pairs.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kTileRows = 8;   // pairs per tile (backend.h kMoeTileRows) = columns n per block
-constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
-constexpr int kUnroll = 8;     // steps whose loads a warp has in flight at once
-constexpr int kMaxWarps = 16;  // split-K warps per block (the tensor-core path takes K <= 4096)
-constexpr int kTilesPerBlock = 16;            // tiles a block runs once the batch is large
-constexpr int64_t kSharedWeightsMinRows = 2048;  // ... i.e. above this many grouped rows
+constexpr int kTileRows = 8;  // pairs per tile (backend.h kMoeTileRows) = weight rows per warp
+// Above this many grouped rows the tiled kernel shares each weight load among a block's tiles.
+constexpr int64_t kSharedWeightsMinRows = 2048;
 
 // ----- moe_route: one warp per token --------------------------------------------------------------
 
@@ -208,17 +206,66 @@ __device__ __forceinline__ uint4 mxfp4_piece(uint32_t nibbles, uint32_t scale_bi
                     mxfp4_pair(nibbles >> 16 & 0xffu, scale), mxfp4_pair(nibbles >> 24, scale));
 }
 
-// The weight row a lane reads: its column n, or (fused) gate rows for g < 4 and up rows after.
-__device__ __forceinline__ int64_t weight_row(const MoeGemmArgs& a, int g, bool& ok) {
-  if (!a.fuse_act) {
-    const int64_t n = static_cast<int64_t>(blockIdx.y) * kTileRows + g;
-    ok = n < a.n;
-    return ok ? n : 0;
-  }
-  const int64_t half = a.n / 2, n = static_cast<int64_t>(blockIdx.y) * (kTileRows / 2) + (g & 3);
-  ok = n < half;
-  return ok ? (g < 4 ? n : half + n) : 0;
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
 }
+
+// The bf16 bits of e2m1 magnitude i (0..7) times 2^-125, all normal but 0: 0x0000 0x0080 0x0100
+// 0x0140 0x0180 0x01C0 0x0200 0x0240, as byte tables for prmt (low bytes, high bytes; bytes 0..7).
+constexpr uint32_t kE2m1LowBytes0 = 0x40008000u, kE2m1LowBytes1 = 0x4000C080u;
+constexpr uint32_t kE2m1HighBytes0 = 0x01010000u, kE2m1HighBytes1 = 0x02020101u;
+
+// The same 8 elements as mxfp4_piece, bit for bit, in ~19 integer ops instead of ~70: prmt looks each
+// magnitude's two bytes up, the sign bits are replicated into place, and one bf16 multiply by
+// 2^(e - 2) per pair scales the exact 2^-125 * value to value * 2^(e - 127). Exact (both factors are
+// powers of two times <= 2 significant bits) while the result is a bf16 normal: the caller keeps
+// 16 <= e <= 129 here (2^(e - 2) is a bf16 normal up to 129; real checkpoints' scales sit well below
+// 2^2), and takes mxfp4_piece otherwise.
+__device__ __forceinline__ uint4 mxfp4_piece_fast(uint32_t nibbles, uint32_t scale_bits) {
+  const uint32_t magnitude = nibbles & 0x77777777u, magnitude_high = magnitude >> 16;
+  const uint32_t shifted = nibbles << 4;  // the sign of an element in a low nibble at its byte's top bit
+  // Bytes 0..3 from the sign bits of elements 0..3 (4..7), each replicated over its byte.
+  const uint32_t signs0 = prmt(shifted, nibbles, 0xD9C8u), signs1 = prmt(shifted, nibbles, 0xFBEAu);
+  const uint32_t low0 = prmt(kE2m1LowBytes0, kE2m1LowBytes1, magnitude);
+  const uint32_t low1 = prmt(kE2m1LowBytes0, kE2m1LowBytes1, magnitude_high);
+  const uint32_t high0 = prmt(kE2m1HighBytes0, kE2m1HighBytes1, magnitude) | (signs0 & 0x80808080u);
+  const uint32_t high1 = prmt(kE2m1HighBytes0, kE2m1HighBytes1, magnitude_high) | (signs1 & 0x80808080u);
+  const uint32_t multiplier = (scale_bits + 125u) * 0x00800080u;  // 2^(e - 2) in both halves (biased exponent)
+  uint32_t pairs[4] = {prmt(low0, high0, 0x5140u), prmt(low0, high0, 0x7362u), prmt(low1, high1, 0x5140u),
+                       prmt(low1, high1, 0x7362u)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)  // x * m + (-0): the product, signed zeros kept
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(multiplier), "r"(0x80008000u));
+  return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+}
+
+// 16 bytes of w, read once: no L1 allocation, so x keeps the L1.
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// The arithmetic both tensor-core kernels share, so a pair's result is the same bits whichever runs
+// and whatever else the batch holds: K is walked in super-steps of 128; in a warp, lane (g, t) holds
+// the 32 k at k0 + 32 t (one MXFP4 scale group) of weight row g of the warp's 8 and of x row g of a
+// tile, as four pieces of 8 elements; piece u feeds two m16n8k16 mma (its elements 0..3, then 4..7:
+// the same permutation of k for A and B, see gemv.cu). Each output is one f32 chain over all of K,
+// super-steps ascending, pieces in order; the tensor core computes each row from its own A row, so
+// the other rows of a tile (or a second tile in rows 8..15) do not change it.
+constexpr int kSuperK = 128;
+constexpr int kSuperPieces = 16;  // 16-byte pieces of an x row per super-step
+
+// One lane's weights of one super-step as loaded: 4 pieces of T, or 16 bytes of nibbles + a scale.
+template <typename T, bool kMxfp4>
+struct WeightStep {
+  uint4 v[kMxfp4 ? 1 : 4];
+  uint32_t scale;
+};
 
 template <typename T>
 __device__ __forceinline__ T apply_act(Activation act, float gate, float up) {
@@ -229,103 +276,264 @@ __device__ __forceinline__ T apply_act(Activation act, float gate, float up) {
   }
 }
 
-// The epilogue of one tile and column block from its f32 sums sum(row, column) (column: 0..7 of the
-// block): round, bias (rounded), then the store or act(gate) * up.
-template <typename T, typename Sum>
-__device__ __forceinline__ void store_tile(const MoeGemmArgs& a, int expert, int64_t tile, Sum sum) {
-  const T* bias = static_cast<const T*>(a.bias);
-  T* out = static_cast<T*>(a.out);
-  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kTileRows; i += static_cast<int>(blockDim.x)) {
-    const int row = i / kTileRows, col = i % kTileRows;
-    const int pair = a.tile_pairs[tile * kTileRows + row];
-    if (pair < 0) continue;
-    if (!a.fuse_act) {
-      const int64_t n = static_cast<int64_t>(blockIdx.y) * kTileRows + col;
-      if (n >= a.n) continue;
-      float y = round_to<T>(sum(row, col));
-      if (bias != nullptr) y = round_to<T>(__fadd_rn(y, to_f32(bias[expert * a.n + n])));
-      out[pair * a.ld_out + n] = from_f32<T>(y);
-      continue;
+// The weight row of lane group g in column group `group` (8 columns n, or with the activation fused
+// 4 gate rows then the matching 4 up rows), within one expert.
+__device__ __forceinline__ int64_t group_weight_row(const MoeGemmArgs& a, int64_t group, int g, bool& ok) {
+  if (!a.fuse_act) {
+    const int64_t n = group * kTileRows + g;
+    ok = n < a.n;
+    return ok ? n : 0;
+  }
+  const int64_t half = a.n / 2, n = group * (kTileRows / 2) + (g & 3);
+  ok = n < half;
+  return ok ? (g < 4 ? n : half + n) : 0;
+}
+
+template <typename T, bool kMxfp4>
+__device__ __forceinline__ void load_weight_step(WeightStep<T, kMxfp4>& w, const MoeGemmArgs& a, int64_t row,
+                                                 bool ok, int64_t step, int t) {
+  const int64_t k0 = step * kSuperK + 32 * t;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  w.scale = 127;
+  if constexpr (kMxfp4) {
+    if (!ok || k0 >= a.k) {
+      w.v[0] = zero;
+      return;
     }
-    const int64_t half = a.n / 2, n = static_cast<int64_t>(blockIdx.y) * (kTileRows / 2) + col;
-    if (col >= kTileRows / 2 || n >= half) continue;
-    float gate = round_to<T>(sum(row, col)), up = round_to<T>(sum(row, col + kTileRows / 2));
+    w.v[0] = load_streaming(static_cast<const uint8_t*>(a.weight) + row * (a.k / 2) + k0 / 2);
+    w.scale = __ldg(a.scales + row * (a.k / 32) + k0 / 32);
+  } else {
+    const T* p = static_cast<const T*>(a.weight) + row * a.k + k0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) w.v[u] = ok && k0 < a.k ? load_streaming(p + 8 * u) : zero;
+  }
+}
+
+// The step's four pieces as pairs of T.
+template <typename T, bool kMxfp4>
+__device__ __forceinline__ void weight_pieces(const WeightStep<T, kMxfp4>& w, uint4 (&pieces)[4]) {
+  if constexpr (kMxfp4) {
+    const uint32_t words[4] = {w.v[0].x, w.v[0].y, w.v[0].z, w.v[0].w};
+    if (w.scale >= 16u && w.scale <= 129u) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) pieces[u] = mxfp4_piece_fast(words[u], w.scale);
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) pieces[u] = mxfp4_piece(words[u], w.scale);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) pieces[u] = w.v[u];
+  }
+}
+
+// x piece (super-step s, lane t, piece u) lives at s * 16 + u * 4 + t of its row in shared memory, so
+// the 4 lanes of a row read 64 contiguous bytes; rows are (16 s + 4) pieces apart (64 mod 128 bytes),
+// so a quarter warp's two rows fall on different banks.
+__device__ __forceinline__ int staged_piece(int piece_in_row) {
+  const int q = piece_in_row % kSuperPieces;
+  return piece_in_row - q + (q % 4) * 4 + q / 4;
+}
+
+// Row g's two sums (columns 2t, 2t + 1 of the warp's 8) of column group `group`: round, bias (rounded),
+// then the store or act(gate) * up (gate columns 0..3 are in lanes t < 2, their up columns two lanes on).
+// Every lane of the warp calls it (the shuffle).
+template <typename T>
+__device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert, int64_t group, int pair, int t,
+                                               float c0, float c1) {
+  const float up0 = __shfl_down_sync(kFullMask, c0, 2), up1 = __shfl_down_sync(kFullMask, c1, 2);
+  if (pair < 0) return;
+  const T* bias = static_cast<const T*>(a.bias);
+  T* out = static_cast<T*>(a.out) + pair * a.ld_out;
+  const float sums[2] = {c0, c1}, ups[2] = {up0, up1};
+  if (!a.fuse_act) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t n = group * kTileRows + 2 * t + j;
+      if (n >= a.n) continue;
+      float y = round_to<T>(sums[j]);
+      if (bias != nullptr) y = round_to<T>(__fadd_rn(y, to_f32(bias[expert * a.n + n])));
+      out[n] = from_f32<T>(y);
+    }
+    return;
+  }
+  if (t >= 2) return;
+  const int64_t half = a.n / 2;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int64_t n = group * (kTileRows / 2) + 2 * t + j;
+    if (n >= half) continue;
+    float gate = round_to<T>(sums[j]), up = round_to<T>(ups[j]);
     if (bias != nullptr) {
       gate = round_to<T>(__fadd_rn(gate, to_f32(bias[expert * a.n + n])));
       up = round_to<T>(__fadd_rn(up, to_f32(bias[expert * a.n + half + n])));
     }
-    out[pair * a.ld_out + n] = apply_act<T>(a.act, gate, up);
+    out[n] = apply_act<T>(a.act, gate, up);
   }
 }
 
-// Tensor cores: grid (tile groups, column blocks), blockDim = warps * 32 (gemv.cu's split K, with
-// steps_per_warp <= kUnroll: a warp's whole range of w stays in registers). A block runs
-// tiles_per_block consecutive tiles and loads w again only when the expert changes, so a prefill's
-// many tiles of one expert read its weights (and convert MXFP4) once per block, not once per tile.
+// Decode-sized batches: grid (tiles, column groups / kGemvWarps); a warp owns one tile and one column
+// group over all of K. The block stages its tile's x rows (all of K) in shared memory once, after
+// issuing its first weight loads; each warp then streams its weights in batches of kBatch
+// super-steps (128 bytes a lane in flight), reads only the chosen experts, each once per tile.
+constexpr int kGemvWarps = 4;
+
 template <typename T, bool kMxfp4>
-__global__ void __launch_bounds__(kMaxWarps * 32)
-    moe_gemm_mma_kernel(MoeGemmArgs a, int steps_per_warp, int tiles_per_block) {
-  __shared__ float partial[kMaxWarps][kTileRows][kTileRows];  // [warp][row][column]
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    moe_gemv_kernel(MoeGemmArgs a, int row_pieces) {
+  extern __shared__ uint4 x_rows[];  // [8][row_pieces]
+  constexpr int kBatch = kMxfp4 ? 8 : 2;
+  const int64_t tile = blockIdx.x;
+  const int expert = a.tile_experts[tile];
+  if (expert < 0) return;  // block-uniform: used tiles come first
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int num_warps = static_cast<int>(blockDim.x) / 32;
-  bool w_row_ok = false;
-  const int64_t w_row = weight_row(a, g, w_row_ok);
-  const int64_t first_step = static_cast<int64_t>(warp) * steps_per_warp;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 wv[kUnroll];
-  int loaded_expert = -1;
-  for (int i = 0; i < tiles_per_block; ++i) {
-    const int64_t tile = static_cast<int64_t>(blockIdx.x) * tiles_per_block + i;
-    if (tile >= a.num_tiles) break;
-    const int expert = a.tile_experts[tile];
-    if (expert < 0) break;  // used tiles come first: the rest are spare (block-uniform)
-    if (expert != loaded_expert) {
-      loaded_expert = expert;
-      const int64_t n_row = static_cast<int64_t>(expert) * a.n + w_row;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvWarps + warp;
+  bool ok = false;
+  const int64_t row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, group, g, ok);
+  const int64_t steps = (a.k + kSuperK - 1) / kSuperK;
+  WeightStep<T, kMxfp4> w[kBatch];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t step = first_step + u, k0 = step * kStepK;
-        const bool in_range = u < steps_per_warp && k0 < a.k && w_row_ok;
-        if constexpr (kMxfp4) {
-          const uint8_t* blocks = static_cast<const uint8_t*>(a.weight) + n_row * (a.k / 2) + k0 / 2 + 4 * t;
-          wv[u] = in_range ? mxfp4_piece(__ldg(reinterpret_cast<const uint32_t*>(blocks)),
-                                         __ldg(a.scales + n_row * (a.k / 32) + step))
-                           : zero;
-        } else {
-          const T* w = static_cast<const T*>(a.weight) + n_row * a.k + k0 + 8 * t;
-          wv[u] = in_range ? __ldg(reinterpret_cast<const uint4*>(w)) : zero;
-        }
+  for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && b < steps, b, t);
+
+  // Rows without a pair are neither staged nor read; 32-bit index math (a 64-bit division per piece
+  // cost more than the weights' stream at batch 1).
+  const int pieces = static_cast<int>(steps) * kSuperPieces, k_pieces = static_cast<int>(a.k / 8);
+  for (int r = 0; r < kTileRows; ++r) {
+    const int pair = a.tile_pairs[tile * kTileRows + r];
+    if (pair < 0) continue;  // block-uniform
+    const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + pair / a.pairs_per_x_row * a.ld_x);
+    for (int q = static_cast<int>(threadIdx.x); q < pieces; q += static_cast<int>(blockDim.x))
+      x_rows[r * row_pieces + staged_piece(q)] = q < k_pieces ? __ldg(x + q) : make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  const int pair = a.tile_pairs[tile * kTileRows + g];
+  const uint4* x_row = x_rows + g * row_pieces;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t s0 = 0; s0 < steps; s0 += kBatch) {
+    if (s0 > 0) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && s0 + b < steps, s0 + b, t);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t s = s0 + b;
+      if (s >= steps) break;  // warp-uniform
+      uint4 pieces_w[4];
+      weight_pieces(w[b], pieces_w);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 xv = pair >= 0 ? x_row[s * kSuperPieces + u * 4 + t] : zero;
+        mma_16816<T>(c, xv.x, xv.y, pieces_w[u].x, pieces_w[u].y);
+        mma_16816<T>(c, xv.z, xv.w, pieces_w[u].z, pieces_w[u].w);
       }
     }
-    const int pair = a.tile_pairs[tile * kTileRows + g];
-    const T* x_lane = static_cast<const T*>(a.x) + (pair >= 0 ? pair / a.pairs_per_x_row * a.ld_x : 0) + 8 * t;
-    uint4 xv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k0 = (first_step + u) * kStepK;
-      xv[u] = u < steps_per_warp && k0 < a.k && pair >= 0 ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0)) : zero;
-    }
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (u >= steps_per_warp) break;  // warp-uniform
-      mma_16816<T>(c, xv[u].x, xv[u].y, wv[u].x, wv[u].y);
-      mma_16816<T>(c, xv[u].z, xv[u].w, wv[u].z, wv[u].w);
-    }
-    partial[warp][g][2 * t] = c[0];
-    partial[warp][g][2 * t + 1] = c[1];
-    __syncthreads();
-    store_tile<T>(a, expert, tile, [&](int row, int col) {
-      float sum = partial[0][row][col];
-      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by K alone
-      return sum;
-    });
-    __syncthreads();  // partial is rewritten by the next tile
+  }
+  store_pair_row<T>(a, expert, group, pair, t, c[0], c[1]);
+}
+
+// Larger batches: grid (tile blocks of kGemmTiles, column groups / kGemmWarps). A block walks its
+// tiles in runs of one expert; for each run every warp loads its weights once per super-step (the
+// next one in flight) and multiplies them with all the run's tiles, two tiles per mma (rows 0..7 and
+// 8..15), while the block stages the next super-step of those x rows with cp.async.
+constexpr int kGemmWarps = 8;
+constexpr int kGemmTiles = 16;
+constexpr int kGemmRowPieces = kSuperPieces + 4;  // 320 bytes a row: 64 mod 128
+
+template <typename T, bool kMxfp4>
+__device__ __forceinline__ void stage_x_step(uint4* stage, const MoeGemmArgs& a, int64_t first_tile, int rows,
+                                             int64_t step) {
+  const int64_t k_pieces = a.k / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < rows * kSuperPieces; i += static_cast<int>(blockDim.x)) {
+    const int r = i / kSuperPieces, q = i % kSuperPieces;
+    const int pair = a.tile_pairs[first_tile * kTileRows + r];
+    const int64_t piece = step * kSuperPieces + q;
+    const bool valid = pair >= 0 && piece < k_pieces;
+    const T* x = static_cast<const T*>(a.x) + (valid ? pair / a.pairs_per_x_row * a.ld_x + piece * 8 : 0);
+    cp_async<16>(stage + r * kGemmRowPieces + (q % 4) * 4 + q / 4, x, valid);
   }
 }
 
-// Any dtype: one thread per (row, column) of the block's 8 x 8, an f32 FMA chain in ascending k.
+template <typename T, bool kMxfp4>
+__device__ __forceinline__ void gemm_run(const MoeGemmArgs& a, uint4* stages, int64_t first_tile, int num_tiles,
+                                         int expert, int64_t group, int g, int t) {
+  bool ok = false;
+  const int64_t row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, group, g, ok);
+  const int64_t steps = (a.k + kSuperK - 1) / kSuperK;
+  const int rows = num_tiles * kTileRows;
+  constexpr int kStage = kGemmTiles * kTileRows * kGemmRowPieces;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float c[kGemmTiles / 2][4];
+#pragma unroll
+  for (int j = 0; j < kGemmTiles / 2; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+  stage_x_step<T, kMxfp4>(stages, a, first_tile, rows, 0);
+  cp_async_commit();
+  WeightStep<T, kMxfp4> w_now, w_next;
+  load_weight_step(w_now, a, row, ok, 0, t);
+  for (int64_t s = 0; s < steps; ++s) {
+    const bool more = s + 1 < steps;
+    if (more) {
+      stage_x_step<T, kMxfp4>(stages + ((s + 1) & 1) * kStage, a, first_tile, rows, s + 1);
+      cp_async_commit();
+      load_weight_step(w_next, a, row, ok, s + 1, t);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    uint4 pieces_w[4];
+    weight_pieces(w_now, pieces_w);
+    const uint4* stage = stages + (s & 1) * kStage;
+#pragma unroll
+    for (int j = 0; j < kGemmTiles / 2; ++j) {
+      if (2 * j >= num_tiles) break;  // block-uniform
+      const uint4* row_a = stage + ((2 * j) * kTileRows + g) * kGemmRowPieces;
+      const bool has_b = 2 * j + 1 < num_tiles;
+      const uint4* row_b = row_a + kTileRows * kGemmRowPieces;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 xa = row_a[u * 4 + t], xb = has_b ? row_b[u * 4 + t] : zero;
+        mma_16816_rows16<T>(c[j], xa.x, xb.x, xa.y, xb.y, pieces_w[u].x, pieces_w[u].y);
+        mma_16816_rows16<T>(c[j], xa.z, xb.z, xa.w, xb.w, pieces_w[u].z, pieces_w[u].w);
+      }
+    }
+    __syncthreads();  // the stage is refilled two super-steps on
+    if (more) w_now = w_next;
+  }
+#pragma unroll
+  for (int j = 0; j < kGemmTiles / 2; ++j) {
+    if (2 * j >= num_tiles) break;
+    const int64_t tile_a = first_tile + 2 * j;
+    store_pair_row<T>(a, expert, group, a.tile_pairs[tile_a * kTileRows + g], t, c[j][0], c[j][1]);
+    const int pair_b = 2 * j + 1 < num_tiles ? a.tile_pairs[(tile_a + 1) * kTileRows + g] : -1;
+    store_pair_row<T>(a, expert, group, pair_b, t, c[j][2], c[j][3]);
+  }
+}
+
+template <typename T, bool kMxfp4>
+__global__ void __launch_bounds__(kGemmWarps * 32)
+    moe_gemm_tiled_kernel(MoeGemmArgs a) {
+  extern __shared__ uint4 stages[];  // [2][kGemmTiles * 8][kGemmRowPieces]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemmWarps + warp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGemmTiles;
+  int i = 0;
+  while (i < kGemmTiles && first + i < a.num_tiles) {  // runs of one expert
+    const int expert = a.tile_experts[first + i];
+    if (expert < 0) break;  // used tiles come first
+    int end = i + 1;
+    while (end < kGemmTiles && first + end < a.num_tiles && a.tile_experts[first + end] == expert) ++end;
+    gemm_run<T, kMxfp4>(a, stages, first + i, end - i, expert, group, lane / 4, lane % 4);
+    __syncthreads();  // the next run restages from the first stage
+    i = end;
+  }
+}
+
+// Any dtype: one thread per (row, column) of the block's 8 x 8, an f32 FMA chain in ascending k;
+// grid (tiles, column groups). The block's sums then go out as the tensor-core kernels store theirs
+// (threads 0..31 as lanes g = row, t = column pair).
 template <typename T>
 __global__ void moe_gemm_fma_kernel(MoeGemmArgs a) {
   __shared__ float sums[kTileRows][kTileRows];
@@ -335,7 +543,7 @@ __global__ void moe_gemm_fma_kernel(MoeGemmArgs a) {
   const int row = static_cast<int>(threadIdx.x) / kTileRows, col = static_cast<int>(threadIdx.x) % kTileRows;
   const int pair = a.tile_pairs[tile * kTileRows + row];
   bool w_row_ok = false;
-  const int64_t n_row = static_cast<int64_t>(expert) * a.n + weight_row(a, col, w_row_ok);
+  const int64_t n_row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, blockIdx.y, col, w_row_ok);
   float acc = 0.0f;
   if (pair >= 0 && w_row_ok) {
     const T* x = static_cast<const T*>(a.x) + pair / a.pairs_per_x_row * a.ld_x;
@@ -352,7 +560,9 @@ __global__ void moe_gemm_fma_kernel(MoeGemmArgs a) {
   }
   sums[row][col] = acc;
   __syncthreads();
-  store_tile<T>(a, expert, tile, [&](int r, int c) { return sums[r][c]; });
+  if (threadIdx.x >= 32) return;
+  const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+  store_pair_row<T>(a, expert, blockIdx.y, a.tile_pairs[tile * kTileRows + g], t, sums[g][2 * t], sums[g][2 * t + 1]);
 }
 
 // ----- moe_combine: grid (tokens, column blocks) ------------------------------------------------
@@ -423,34 +633,50 @@ cudaError_t launch_moe_group(int32_t* tile_pairs, int32_t* tile_experts, int64_t
 cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream) {
   if (args.num_tiles == 0) return cudaSuccess;
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
-  const int64_t columns_per_block = args.fuse_act ? kTileRows / 2 : kTileRows;
-  const int64_t column_blocks = (out_columns + columns_per_block - 1) / columns_per_block;
-  if (column_blocks > 65535 || args.num_tiles > 0x7fffffff || (args.scales != nullptr && args.k % 32 != 0))
+  const int64_t columns_per_group = args.fuse_act ? kTileRows / 2 : kTileRows;
+  const int64_t groups = (out_columns + columns_per_group - 1) / columns_per_group;
+  if (groups > 65535 * int64_t{kGemvWarps} || args.num_tiles > 0x7fffffff ||
+      (args.scales != nullptr && args.k % 32 != 0))
     return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>(column_blocks));
   const bool mxfp4 = args.scales != nullptr;
-  // The tensor-core path needs 16-byte aligned rows of x (and of dense w).
-  const bool aligned = args.k % kStepK == 0 && args.ld_x % 8 == 0 && reinterpret_cast<uintptr_t>(args.x) % 16 == 0 &&
+  // The tensor-core kernels need 16-byte aligned rows of x and w (K % 32 == 0: whole MXFP4 groups).
+  const bool aligned = args.k % 32 == 0 && args.ld_x % 8 == 0 && reinterpret_cast<uintptr_t>(args.x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(args.weight) % 16 == 0;
   const bool mma = aligned && (dtype == DType::kBF16 || (dtype == DType::kF16 && !mxfp4));
-  const int64_t steps = args.k / kStepK;
-  if (mma && steps <= kMaxWarps * kUnroll) {
-    const int64_t warps = (steps + kUnroll - 1) / kUnroll;
-    const int steps_per_warp = static_cast<int>((steps + warps - 1) / warps);
-    // Decode-sized batches: a block per tile, for parallelism; larger ones share each block's weights
-    // among consecutive tiles.
-    const int tiles_per_block = args.num_tiles * kTileRows <= kSharedWeightsMinRows ? 1 : kTilesPerBlock;
-    const dim3 mma_grid(static_cast<unsigned>((args.num_tiles + tiles_per_block - 1) / tiles_per_block),
-                        static_cast<unsigned>(column_blocks));
-    const dim3 block(static_cast<unsigned>(warps * 32));
+  const int64_t steps = (args.k + kSuperK - 1) / kSuperK;
+  const int row_pieces = static_cast<int>(steps * kSuperPieces + 4);
+  const int64_t gemv_smem = int64_t{kTileRows} * row_pieces * 16;
+  const int64_t gemm_smem = int64_t{2} * kGemmTiles * kTileRows * kGemmRowPieces * 16;
+  if (mma && gemv_smem <= smem_optin_limit() && gemm_smem <= smem_optin_limit()) {
+    auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
+                      std::atomic<uint64_t>& gemm_raised) {
+      if (args.num_tiles * kTileRows > kSharedWeightsMinRows) {
+        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem, gemm_raised);
+        if (e != cudaSuccess) return e;
+        const dim3 grid(static_cast<unsigned>((args.num_tiles + kGemmTiles - 1) / kGemmTiles),
+                        static_cast<unsigned>((groups + kGemmWarps - 1) / kGemmWarps));
+        gemm_kernel<<<grid, kGemmWarps * 32, gemm_smem, stream>>>(args);
+      } else {
+        // Raised once to the limit: each launch's size depends on K, and a smaller first K must not cap
+        // the later ones.
+        cudaError_t e = allow_dynamic_smem(gemv_kernel, smem_optin_limit(), gemv_raised);
+        if (e != cudaSuccess) return e;
+        const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>((groups + kGemvWarps - 1) / kGemvWarps));
+        gemv_kernel<<<grid, kGemvWarps * 32, gemv_smem, stream>>>(args, row_pieces);
+      }
+      return cudaGetLastError();
+    };
+    static std::atomic<uint64_t> raised[6];
     if (dtype == DType::kF16)
-      moe_gemm_mma_kernel<__half, false><<<mma_grid, block, 0, stream>>>(args, steps_per_warp, tiles_per_block);
-    else if (mxfp4)
-      moe_gemm_mma_kernel<__nv_bfloat16, true><<<mma_grid, block, 0, stream>>>(args, steps_per_warp, tiles_per_block);
-    else
-      moe_gemm_mma_kernel<__nv_bfloat16, false><<<mma_grid, block, 0, stream>>>(args, steps_per_warp, tiles_per_block);
-    return cudaGetLastError();
+      return launch(moe_gemv_kernel<__half, false>, moe_gemm_tiled_kernel<__half, false>, raised[0], raised[1]);
+    if (mxfp4)
+      return launch(moe_gemv_kernel<__nv_bfloat16, true>, moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[2],
+                    raised[3]);
+    return launch(moe_gemv_kernel<__nv_bfloat16, false>, moe_gemm_tiled_kernel<__nv_bfloat16, false>, raised[4],
+                  raised[5]);
   }
+  if (groups > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>(groups));
   return dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     moe_gemm_fma_kernel<T><<<grid, kTileRows * kTileRows, 0, stream>>>(args);

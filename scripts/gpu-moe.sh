@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# MoE decode and prefill speed on one GPU, on the binaries scripts/gpu-pack.sh built here:
+#
+#   GPU_MOE_PRESETS="gpt-oss-20b qwen3-30b-a3b"  checkpoints made with make-model (random weights) in /dev/shm
+#   GPU_MOE_BATCHES="1 64"    bench latency batch sizes (512 in / 64 out, in-process)
+#   GPU_MOE_NCU="gpt-oss-20b" presets whose batch-1 decode steps run under Nsight Compute (GPU time per kernel, eager steps)
+#   GPU_MOE_TESTS="CudaMoe.*" a test_kernels filter run first ("" = none)
+#   GPU_MOE_GOLDEN="*cuda/*moe*:*cuda/gpt_oss*"  a test_golden filter run next ("" = none)
+#
+# Logs are packed into $OUT/moe.tgz; the summary table comes last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+result=${OUT:-/tmp/gpu-moe}
+out=/tmp/gpu-moe-logs
+mkdir -p "$out" "$result" assets
+tar -xJf .carry/bin.tar.xz && tar -xJf .carry/tok.tar.xz -C assets
+source scripts/gpu-deps.sh >/dev/null
+export PAGELLM_SOURCE_DIR="$root"
+[ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
+b=build-cuda
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+note "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+
+tests=${GPU_MOE_TESTS-CudaMoe.*}
+if [ -n "$tests" ]; then
+  timeout 300 "$b/tests/test_kernels" --gtest_filter="$tests" >"$out/tests.log" 2>&1
+  grep -E "^\[  FAILED  \]|Failure|bandwidth|GB/s|us " "$out/tests.log" | head -30
+  note "test_kernels $tests: $(grep -cE '^\[       OK \]' "$out/tests.log") passed, $(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$out/tests.log") failed"
+fi
+
+golden=${GPU_MOE_GOLDEN-*cuda/*moe*:*cuda/gpt_oss*:*Cuda*Moe*:*Cuda*qwen3_next*}
+if [ -n "$golden" ]; then
+  timeout 300 "$b/tests/test_golden" --gtest_filter="$golden" >"$out/golden.log" 2>&1
+  grep -E "^\[  FAILED  \]|Failure" "$out/golden.log" | head -12
+  note "test_golden $golden: $(grep -cE '^\[       OK \]' "$out/golden.log") passed, $(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$out/golden.log") failed"
+fi
+
+# One checkpoint at a time in /dev/shm: make-model holds the whole file in memory while it writes it.
+for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
+  start=$(date +%s)
+  "$b/src/pagellm" make-model --preset "$preset" --out "/dev/shm/$preset" --tokenizer assets/tokenizers/qwen3 >"$out/make_$preset.log" 2>&1
+  note "make-model $preset: rc=$? $(( $(date +%s) - start )) s"
+  for batch in ${GPU_MOE_BATCHES-1 64}; do
+    input=512
+    [ "$preset" = qwen3-30b-a3b ] && [ "$batch" -gt 16 ] && input=128  # the 32k-token prefill does not fit beside 57 GB
+    log="$out/latency_${preset}_b$batch.log"
+    timeout 300 "$b/src/pagellm" bench latency --model "/dev/shm/$preset" --input-len $input --output-len 64 \
+      --max-model-len 2048 --batch-size "$batch" >"$log" 2>&1
+    note "$preset: rc=$? $(grep -E '^batch' "$log" | tail -1)"
+  done
+  if [[ " ${GPU_MOE_NCU:-} " == *" $preset "* ]]; then
+    csv="$out/ncu_$preset.csv"
+    PAGELLM_CUDA_GRAPHS=0 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      "$b/src/pagellm" bench latency --model "/dev/shm/$preset" --input-len 16 --output-len 6 --max-model-len 256 \
+      --batch-size 1 --kv-cache-memory 2000000000 >"$csv" 2>"$out/ncu_$preset.err"
+    note "ncu $preset: rc=$?"
+    python3 scripts/ncu_steps.py "$csv" 3 | tee "$out/ncu_$preset.txt"
+  fi
+  rm -rf "/dev/shm/$preset"
+done
+
+tar -C "$out" -czf "$result/moe.tgz" . 2>/dev/null
+echo
+echo "===== summary ====="
+printf '%s\n' "${summary[@]}"
