@@ -374,15 +374,46 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
 
 // Decode-sized batches: grid (tiles, column groups / kGemvWarps); a warp owns one tile and one column
 // group over all of K. The block stages its tile's x rows (all of K) in shared memory once, after
-// issuing its first weight loads; each warp then streams its weights in batches of kBatch
-// super-steps (128 bytes a lane in flight), reads only the chosen experts, each once per tile.
+// issuing its first weight loads; each warp then streams its weights in batches of kGemvBatch
+// super-steps, one batch in flight while the other is multiplied, and reads only the chosen
+// experts, each once per tile.
 constexpr int kGemvWarps = 4;
+template <bool kMxfp4>
+constexpr int kGemvBatch = kMxfp4 ? 4 : 2;  // super-steps a batch: 64 / 128 bytes a lane
+
+template <typename T, bool kMxfp4, int kBatch>
+__device__ __forceinline__ void load_weight_batch(WeightStep<T, kMxfp4> (&w)[kBatch], const MoeGemmArgs& a,
+                                                  int64_t row, bool ok, int64_t first_step, int64_t steps, int t) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && first_step + b < steps, first_step + b, t);
+}
+
+// c += the batch's super-steps (those below `steps`) times x_row's pieces (nullptr: a row without a
+// pair, whose A rows are zero).
+template <typename T, bool kMxfp4, int kBatch>
+__device__ __forceinline__ void multiply_batch(float (&c)[4], const WeightStep<T, kMxfp4> (&w)[kBatch],
+                                               const uint4* x_row, int64_t first_step, int64_t steps, int t) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int64_t s = first_step + b;
+    if (s >= steps) break;  // warp-uniform
+    uint4 pieces_w[4];
+    weight_pieces(w[b], pieces_w);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint4 xv = x_row != nullptr ? x_row[s * kSuperPieces + u * 4 + t] : zero;
+      mma_16816<T>(c, xv.x, xv.y, pieces_w[u].x, pieces_w[u].y);
+      mma_16816<T>(c, xv.z, xv.w, pieces_w[u].z, pieces_w[u].w);
+    }
+  }
+}
+
 
 template <typename T, bool kMxfp4>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     moe_gemv_kernel(MoeGemmArgs a, int row_pieces) {
   extern __shared__ uint4 x_rows[];  // [8][row_pieces]
-  constexpr int kBatch = kMxfp4 ? 8 : 2;
   const int64_t tile = blockIdx.x;
   const int expert = a.tile_experts[tile];
   if (expert < 0) return;  // block-uniform: used tiles come first
@@ -392,9 +423,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   bool ok = false;
   const int64_t row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, group, g, ok);
   const int64_t steps = (a.k + kSuperK - 1) / kSuperK;
-  WeightStep<T, kMxfp4> w[kBatch];
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && b < steps, b, t);
+  // Two batches of weights in registers: the next one is in flight while this one is multiplied
+  // (at batch 1 a step has ~12-22 warps an SM, too few to cover the memory latency by turns).
+  WeightStep<T, kMxfp4> w0[kGemvBatch<kMxfp4>], w1[kGemvBatch<kMxfp4>];
+  load_weight_batch(w0, a, row, ok, 0, steps, t);
 
   // Rows without a pair are neither staged nor read; 32-bit index math (a 64-bit division per piece
   // cost more than the weights' stream at batch 1).
@@ -409,27 +441,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   __syncthreads();
 
   const int pair = a.tile_pairs[tile * kTileRows + g];
-  const uint4* x_row = x_rows + g * row_pieces;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const uint4* x_row = pair >= 0 ? x_rows + g * row_pieces : nullptr;
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t s0 = 0; s0 < steps; s0 += kBatch) {
-    if (s0 > 0) {
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && s0 + b < steps, s0 + b, t);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int64_t s = s0 + b;
-      if (s >= steps) break;  // warp-uniform
-      uint4 pieces_w[4];
-      weight_pieces(w[b], pieces_w);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint4 xv = pair >= 0 ? x_row[s * kSuperPieces + u * 4 + t] : zero;
-        mma_16816<T>(c, xv.x, xv.y, pieces_w[u].x, pieces_w[u].y);
-        mma_16816<T>(c, xv.z, xv.w, pieces_w[u].z, pieces_w[u].w);
-      }
-    }
+  constexpr int kBatch = kGemvBatch<kMxfp4>;
+  for (int64_t s0 = 0; s0 < steps; s0 += 2 * kBatch) {
+    load_weight_batch(w1, a, row, ok, s0 + kBatch, steps, t);
+    multiply_batch<T>(c, w0, x_row, s0, steps, t);
+    load_weight_batch(w0, a, row, ok, s0 + 2 * kBatch, steps, t);
+    multiply_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
   }
   store_pair_row<T>(a, expert, group, pair, t, c[0], c[1]);
 }
