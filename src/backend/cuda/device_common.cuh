@@ -18,6 +18,16 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 
+// 16 bytes of a weight read once (the GEMVs, the MoE expert kernels): no L1 allocation, so the
+// activations every block reuses keep the L1.
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // Round-to-nearest-even narrowing (what the CPU's convert_from_f32 does).
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);

@@ -42,15 +42,6 @@ constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
 constexpr int kUnroll = 8;     // steps whose loads a warp has in flight at once
 constexpr int kMaxWarps = 16;  // split-K warps per block (K > 4096 loops within a warp)
 
-// 16 bytes of w, read once: no L1 allocation, so x (reused by every block) keeps the L1.
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // One block per tile of 8 columns n; blockDim.x / 32 warps split K into ranges of steps_per_warp steps.
 template <typename T>
 __global__ void __launch_bounds__(kMaxWarps * 32)

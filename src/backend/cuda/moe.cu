@@ -241,15 +241,6 @@ __device__ __forceinline__ uint4 mxfp4_piece_fast(uint32_t nibbles, uint32_t sca
   return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
 }
 
-// 16 bytes of w, read once: no L1 allocation, so x keeps the L1.
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // The arithmetic both tensor-core kernels share, so a pair's result is the same bits whichever runs
 // and whatever else the batch holds: K is walked in super-steps of 128; in a warp, lane (g, t) holds
 // the 32 k at k0 + 32 t (one MXFP4 scale group) of weight row g of the warp's 8 and of x row g of a
