@@ -3,6 +3,7 @@
 // (row m of an M-row product is the same bits for every M <= 8), against cuBLASLt
 // (PAGELLM_CUDA_GEMV=0), and the products the GEMV refuses still right through cuBLASLt.
 // Outputs are poisoned (NaN) before each GPU run so unwritten elements fail. Skips without a GPU.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -137,6 +138,7 @@ const GemvCase kShapes[] = {
     {8, 9, 8},
     {8, 33, 40, 48, 8, 35},
     {8, 72, 8200},
+    {8, 3072, 4096},  // few tiles: one wave of 11 warps a tile, the last warp's range shorter
 };
 
 TEST(CudaGemv, MatchesCpu) {
@@ -179,7 +181,8 @@ TEST(CudaGemv, RowsAreBatchInvariantBitwise) {
   Rng rng(13);
   for (DType dtype : kHalfTypes) {
     for (const GemvCase& c : {GemvCase{8, 4096, 1024}, GemvCase{8, 1024, 3072}, GemvCase{8, 151936, 1024},
-                              GemvCase{8, 257, 1000, 1000 + 24, 8, 257 + 3}, GemvCase{8, 72, 8200}}) {
+                              GemvCase{8, 257, 1000, 1000 + 24, 8, 257 + 3}, GemvCase{8, 72, 8200},
+                              GemvCase{8, 3072, 4096}}) {
       const Operands o = make_operands(*gpu, c, dtype, rng);
       std::vector<Tensor> alone;  // alone[r] = the product of x row r by itself
       for (int64_t r = 0; r < c.m; ++r) alone.push_back(gpu_product(*gpu, c, o, dtype, r, 1));
@@ -231,6 +234,52 @@ TEST(CudaGemv, FallsBackToCublasLtWhereItDoesNotApply) {
       SCOPED_TRACE(describe(c, dtype));
       const Operands o = make_operands(*gpu, c, dtype, rng);
       EXPECT_EQ(compare_tensors(cpu_product(c, o, dtype), gpu_product(*gpu, c, o, dtype, 0, c.m), kRel, kAbs), "");
+    }
+  }
+}
+
+// The GEMV reads the x that the kernel queued before it wrote, and the kernel after it does not
+// overwrite x before the GEMV has read it: each round scales x0 by a power of two into one shared
+// buffer, then multiplies it, so round i's product is exactly 2^e_i times the product of x0, bit for
+// bit, unless a product read a stale or half-written x. Eager launches and a CUDA graph of the same
+// rounds. (An early start through programmatic dependent launch, with x read through the
+// non-coherent path, failed this test: PERFORMANCE.md, 2026-11-27 GEMV pass.)
+TEST(CudaGemv, ReadsTheInputTheKernelBeforeItWrote) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const ScopedGemvEnv gemv_on(nullptr);
+  Rng rng(16);
+  constexpr int kRounds = 48;
+  const DType dtype = DType::kBF16;
+  for (const GemvCase& c : {GemvCase{1, 24576, 4096}, GemvCase{4, 3072, 4096}, GemvCase{8, 151936, 1024}}) {
+    SCOPED_TRACE(describe(c, dtype));
+    const Operands o = make_operands(*gpu, c, dtype, rng);
+    const Tensor base = gpu_product(*gpu, c, o, dtype, 0, c.m);  // x0's product, alone
+    const Tensor x_scaled = gpu->alloc({c.m, c.k}, dtype);
+    const Tensor outs = gpu->alloc({kRounds * c.m, c.n}, dtype);
+    auto exponent = [](int round) { return round % 5 - 2; };
+    auto record = [&] {
+      for (int i = 0; i < kRounds; ++i) {
+        gpu->scale(x_scaled.view(), o.x_dev.view(), std::ldexp(1.0f, exponent(i)));
+        gpu->matmul(block_of(outs, i * c.m, c.m, 0, c.n), x_scaled.view(), o.w_dev.view());
+      }
+    };
+    for (const bool graph : {false, true}) {
+      SCOPED_TRACE(graph ? "graph" : "eager");
+      gpu->copy(outs.view(), poisoned(*gpu, {kRounds * c.m, c.n}, dtype).view());
+      if (graph) {
+        const auto captured = gpu->capture(record);
+        ASSERT_NE(captured, nullptr);
+        captured->replay();
+      } else {
+        record();
+      }
+      const Tensor got = to_host(*gpu, outs.view());
+      for (int i = 0; i < kRounds; ++i) {
+        Tensor want = Tensor::cpu({c.m, c.n}, dtype);
+        for (int64_t e = 0; e < want.numel(); ++e)
+          store_float(want.view().data, dtype, e, std::ldexp(load_float(base.view().data, dtype, e), exponent(i)));
+        ASSERT_EQ(bitwise_diff(want, host_rows(got, i * c.m, c.m)), "") << "round " << i;
+      }
     }
   }
 }

@@ -20,16 +20,19 @@
 //
 // Split K: a block owns 8 output columns n (one tile) and its warps take contiguous ranges of steps;
 // each warp chains its mma in ascending k, then the warps' partial sums are added in warp order
-// through shared memory. The number of warps and their ranges depend on K only, and the tensor core
-// computes each element of C from its own row of A and column of B: row m's result is the same bits
-// for every M (batch invariance), and does not depend on what the other rows of x hold.
+// through shared memory. The number of warps and their ranges depend on (N, K) and the device only,
+// never on M, and the tensor core computes each element of C from its own row of A and column of B:
+// row m's result is the same bits for every M (batch invariance), and does not depend on what the
+// other rows of x hold.
 //
-// Launch geometry: grid = ceil(N / 8) blocks; warps per block = ceil(ceil(K / 32) / kUnroll), 1..16,
-// so for K <= 4096 each warp issues all its loads (kUnroll = 8 steps, 128 bytes of w per lane) at once
-// and waits for memory once: Qwen3-0.6B's K = 1024 gives 4 warps, 2048 gives 8, 3072 gives 12.
-// ptxas (sm_90a): 90 registers a thread, no spills, 4 KiB of shared memory; about 20 resident warps
-// an SM, i.e. ~80 KiB of w in flight per SM (~10 MB on 132 SMs), well above the ~5 MB that HBM's
-// bandwidth x latency asks for.
+// Launch geometry (measured on an H200 over Qwen3-0.6B / 8B / 8B-halved shapes, M = 1 and 8): a warp
+// issues kUnroll = 4 steps of loads (64 bytes of w a lane) at once, then their 8 mma. Registers are
+// capped at 64 so that two 16-warp blocks (or four 8-warp ones) share an SM: a block is one burst of
+// loads, and with one resident block an SM sat idle between the burst's tail and the next block
+// (measured 2.2-3.0 TB/s on the 8B shapes; now 3.1-4.1, and 4.47 TB/s on the head at the chip's read
+// ceiling). Warps per tile: up to 16 with at most kUnroll steps a round; but where the tiles are few
+// (<= a quarter of the resident warps), exactly one wave of warps, each with a longer range, so that
+// no second partial wave pays the ramp and the tail again (o [4096, 4096]: 10.7 -> 10.4 us).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/mma_16816.cuh"
@@ -39,12 +42,13 @@ namespace {
 
 constexpr int kTileRows = 8;   // columns n of out per block: the mma's N
 constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
-constexpr int kUnroll = 8;     // steps whose loads a warp has in flight at once
-constexpr int kMaxWarps = 16;  // split-K warps per block (K > 4096 loops within a warp)
+constexpr int kUnroll = 4;     // steps whose loads a warp has in flight at once
+constexpr int kMaxWarps = 16;  // split-K warps per block
+constexpr int kResidentWarps = 32;  // per SM at <= 64 registers a thread
 
 // One block per tile of 8 columns n; blockDim.x / 32 warps split K into ranges of steps_per_warp steps.
 template <typename T>
-__global__ void __launch_bounds__(kMaxWarps * 32)
+__global__ void __launch_bounds__(kMaxWarps * 32, 2)
     gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x,
                 const T* __restrict__ w, int64_t ld_w, int m, int64_t n, int64_t k, int64_t steps_per_warp) {
   __shared__ float partial[kMaxWarps][kTileRows][kTileRows];  // [warp][m][n - n0]
@@ -80,16 +84,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   partial[warp][g][2 * t] = c[0];
   partial[warp][g][2 * t + 1] = c[1];
   __syncthreads();
-  // 64 outputs per tile; a one-warp block (K <= 256) writes two each.
+  // 64 outputs per tile; a one-warp block writes two each.
   for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kTileRows; i += static_cast<int>(blockDim.x)) {
     const int row = i / kTileRows, col = i % kTileRows;
     if (row < m && n0 + col < n) {
       const int num_warps = static_cast<int>(blockDim.x) / 32;
       float sum = partial[0][row][col];
-      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by K alone
+      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by (N, K)
       out[row * ld_out + n0 + col] = from_f32<T>(sum);
     }
   }
+}
+
+// Warps per tile for a product of num_tiles tiles of `steps` steps each (see the header comment).
+int64_t warps_per_tile(int64_t num_tiles, int64_t steps) {
+  int64_t most = (steps + kUnroll - 1) / kUnroll;
+  most = most < 1 ? 1 : (most > kMaxWarps ? kMaxWarps : most);
+  const int64_t one_wave = multiprocessor_count() * kResidentWarps / num_tiles;
+  return one_wave >= 4 && one_wave < most ? one_wave : most;
 }
 
 }  // namespace
@@ -106,8 +118,7 @@ cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, i
   const int64_t num_tiles = (n + kTileRows - 1) / kTileRows;
   if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (k + kStepK - 1) / kStepK;
-  int64_t warps = (steps + kUnroll - 1) / kUnroll;
-  warps = warps < 1 ? 1 : (warps > kMaxWarps ? kMaxWarps : warps);
+  const int64_t warps = warps_per_tile(num_tiles, steps);
   const int64_t steps_per_warp = (steps + warps - 1) / warps;
   const dim3 grid(static_cast<unsigned>(num_tiles)), block(static_cast<unsigned>(warps * 32));
   const int rows = static_cast<int>(m);
