@@ -126,7 +126,7 @@ TEST(CudaOps, RmsNormMatchesCpu) {
   Rng rng(3);
   for (DType dtype : kFloatTypes) {
     for (NormWeight mode : {NormWeight::kPlain, NormWeight::kOnePlus, NormWeight::kF32Weight}) {
-      for (int64_t d : {16, 128, 1024, 1000}) {
+      for (int64_t d : {16, 128, 1024, 1000, 2880, 5120}) {  // 2880 and 5120: the two longer block forms
         SCOPED_TRACE(fmt::format("{} d{} norm weight form {}", dtype_name(dtype), d, static_cast<int>(mode)));
         const Tensor x = random_tensor({37, d}, dtype, rng, -3, 3);
         const Tensor w = random_tensor({d}, dtype, rng, -1.5f, 1.5f);
@@ -337,7 +337,7 @@ TEST(CudaOps, FusedAddRmsNormEqualsAddThenNorm) {
   CpuBackend cpu;
   Rng rng(11);
   for (DType dtype : kFloatTypes) {
-    for (int64_t d : {128, 1000, 1024}) {
+    for (int64_t d : {128, 1000, 1024, 2880, 5120, 9000}) {  // every block form of the norm
       for (int64_t rows : {1, 37}) {
         SCOPED_TRACE(fmt::format("{} d{} rows {}", dtype_name(dtype), d, rows));
         const Tensor hidden = random_tensor({rows, d}, dtype, rng, -3, 3), delta = random_tensor({rows, d}, dtype, rng, -3, 3);

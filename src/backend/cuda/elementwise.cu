@@ -103,27 +103,38 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
   const int64_t heads = a.num_q_heads + a.num_kv_heads;
   const int64_t d = a.head_dim;
   float* s = normed[warp];
+  constexpr int kPerLane = static_cast<int>(kMaxPrologueHeadDim / 32);
   for (int64_t h = blockIdx.y * kWarpsPerBlock + warp; h < heads; h += gridDim.y * kWarpsPerBlock) {
     const bool is_q = h < a.num_q_heads;
     const int64_t kv_head = h - a.num_q_heads;
     T* x = is_q ? row_ptr<T>(a.q, t * a.num_q_heads + h) : row_ptr<T>(a.k, t * a.num_kv_heads + kv_head);
     const T* w = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+    // Every global read of this head (x, its norm weight, the v row and the slot) at once: one memory
+    // latency per head instead of four in a row.
+    const T* v_row = is_q ? nullptr : row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
+    const int64_t slot = is_q ? -1 : a.slot_mapping[t];
+    float xv[kPerLane], wv[kPerLane];
+    T v_raw[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t i = lane + 32 * j;
+      xv[j] = i < d ? to_f32(x[i]) : 0.0f;
+      wv[j] = i < d && w != nullptr ? to_f32(w[i]) : 0.0f;
+      v_raw[j] = i < d && v_row != nullptr ? v_row[i] : T{};
+    }
     if (w == nullptr) {  // a model without q/k norms: RoPE reads the projection as it is
-      for (int64_t i = lane; i < d; i += 32) s[i] = to_f32(x[i]);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (lane + 32 * j < d) s[lane + 32 * j] = xv[j];
     } else {
       float sum_sq = 0.0f;
-      for (int64_t i = lane; i < d; i += 32) {
-        const float v = to_f32(x[i]);
-        sum_sq += v * v;
-      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) sum_sq += xv[j] * xv[j];  // zeros past d add nothing
       sum_sq = warp_sum(sum_sq);
       const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + a.eps);
-      for (int64_t i = lane; i < d; i += 32) {
-        const float v = to_f32(x[i]);
-        const float weight = to_f32(w[i]);
-        const float y = weighted_norm<T>(v, inv_rms, weight, a.norm_form);
-        s[i] = round_to<T>(y);
-      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (lane + 32 * j < d) s[lane + 32 * j] = round_to<T>(weighted_norm<T>(xv[j], inv_rms, wv[j], a.norm_form));
     }
     __syncwarp();
     for (int64_t j = lane; j < a.half; j += 32) {  // lane-private pairs (j, j + half)
@@ -135,19 +146,20 @@ __global__ void qk_norm_rope_write_kv_kernel(QkPrologueArgs a) {
     __syncwarp();
     for (int64_t i = lane; i < d; i += 32) x[i] = from_f32<T>(s[i]);
     if (!is_q) {
-      const int64_t slot = a.slot_mapping[t];
       if (slot >= a.cache.num_blocks * a.cache.block_size) __trap();  // as write_kv
       if (slot >= 0) {
         const int64_t dst = (slot / a.cache.block_size) * a.cache.stride_block +
                             (slot % a.cache.block_size) * a.cache.stride_slot + kv_head * a.cache.stride_head;
-        const T* v_row = row_ptr<const T>(a.v, t * a.num_kv_heads + kv_head);
-        for (int64_t i = lane; i < d; i += 32) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          const int64_t i = lane + 32 * j;
+          if (i >= d) break;
           if constexpr (kIsFp8Cache<C>) {  // s[i] is the k value as stored in x (rounded to T above)
             static_cast<C*>(a.k_cache)[dst + i] = store_kv<C>(s[i], a.kv_format.k_scale);
-            static_cast<C*>(a.v_cache)[dst + i] = store_kv<C>(to_f32(v_row[i]), a.kv_format.v_scale);
+            static_cast<C*>(a.v_cache)[dst + i] = store_kv<C>(to_f32(v_raw[j]), a.kv_format.v_scale);
           } else {
             static_cast<T*>(a.k_cache)[dst + i] = from_f32<T>(s[i]);
-            static_cast<T*>(a.v_cache)[dst + i] = v_row[i];
+            static_cast<T*>(a.v_cache)[dst + i] = v_raw[j];
           }
         }
       }
@@ -341,9 +353,50 @@ constexpr int64_t kBlockRowMax = 12 * 1024;  // f32 row in 48 KB of shared memor
 bool use_block_rows(int64_t row_size) { return row_size >= kBlockRowMin && row_size <= kBlockRowMax; }
 
 // kAdd: x += delta first (rounded, stored back into x), as add_rms_norm_kernel.
-template <typename T, bool kAdd>
+// Rows of up to kThreads * kPerThread elements keep their values and weights in registers: every
+// global read of the row (x, delta and the norm weight) is issued before the first is used, so the
+// block waits for memory once. (The weight used to be read after the reduction: a second memory
+// latency on the path of every decode step's two norms a layer.)
+template <typename T, bool kAdd, int kPerThread>
 __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, Rows delta, const T* __restrict__ w,
                                                               float eps, NormForm form) {
+  const int64_t row = blockIdx.x;
+  const int d = static_cast<int>(x.row_size);  // <= kThreads * kPerThread
+  const int first = static_cast<int>(threadIdx.x);
+  T* src = row_ptr<T>(x, row);
+  const T* add = kAdd ? row_ptr<const T>(delta, row) : nullptr;
+  float v[kPerThread], weight[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = first + j * kThreads;
+    v[j] = 0.0f;
+    weight[j] = 0.0f;
+    if (i < d) {
+      v[j] = kAdd ? round_to<T>(__fadd_rn(to_f32(src[i]), to_f32(add[i]))) : to_f32(src[i]);
+      weight[j] = to_f32(w[i]);
+    }
+  }
+  float sum_sq = 0.0f;  // ascending i within a thread, as the shared-memory form below
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j)
+    if (first + j * kThreads < d) sum_sq += v[j] * v[j];
+  sum_sq = block_reduce<false>(sum_sq);  // also orders every load above before the stores below
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  T* dst = row_ptr<T>(out, row);
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = first + j * kThreads;
+    if (i < d) {
+      if constexpr (kAdd) src[i] = from_f32<T>(v[j]);
+      dst[i] = from_f32<T>(weighted_norm<T>(v[j], inv_rms, weight[j], form));
+    }
+  }
+}
+
+// Rows longer than the register form takes: the row in shared memory (f32), the same arithmetic.
+template <typename T, bool kAdd>
+__global__ void __launch_bounds__(kThreads) block_norm_smem_kernel(Rows out, Rows x, Rows delta,
+                                                                   const T* __restrict__ w, float eps, NormForm form) {
   extern __shared__ float row_f32[];
   const int64_t row = blockIdx.x;
   const int d = static_cast<int>(x.row_size);  // <= kBlockRowMax
@@ -371,6 +424,22 @@ __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, 
     const float weight = to_f32(w[i]);
     const float y = weighted_norm<T>(v, inv_rms, weight, form);
     dst[i] = from_f32<T>(y);
+  }
+}
+
+// One block per row of `hidden`; the form by row length (the same for rms_norm and add_rms_norm, so
+// the fused and unfused norms stay equal bit for bit).
+template <typename T, bool kAdd>
+void launch_block_norm(Rows out, Rows x, Rows delta, const T* w, float eps, NormForm form, cudaStream_t stream) {
+  const auto rows = static_cast<unsigned>(x.num_rows);
+  if (x.row_size <= kThreads * 4) {
+    block_norm_kernel<T, kAdd, 4><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
+  } else if (x.row_size <= kThreads * 16) {
+    block_norm_kernel<T, kAdd, 16><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
+  } else if (x.row_size <= kThreads * 32) {
+    block_norm_kernel<T, kAdd, 32><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
+  } else {
+    block_norm_smem_kernel<T, kAdd><<<rows, kThreads, x.row_size * sizeof(float), stream>>>(out, x, delta, w, eps, form);
   }
 }
 
@@ -436,8 +505,7 @@ cudaError_t launch_rms_norm(DType dtype, Rows out, Rows x, const void* w, float 
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
     if (use_block_rows(x.row_size)) {
-      block_norm_kernel<T, false><<<static_cast<unsigned>(x.num_rows), kThreads, x.row_size * sizeof(float), stream>>>(
-          out, x, Rows{}, static_cast<const T*>(w), eps, form);
+      launch_block_norm<T, false>(out, x, Rows{}, static_cast<const T*>(w), eps, form, stream);
       return cudaGetLastError();
     }
     rms_norm_kernel<T><<<blocks_for(x.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
@@ -452,8 +520,7 @@ cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delt
   return dispatch_float(dtype, [&](auto t) {
     using T = decltype(t);
     if (use_block_rows(hidden.row_size)) {  // the same rule as launch_rms_norm: equal results
-      block_norm_kernel<T, true><<<static_cast<unsigned>(hidden.num_rows), kThreads, hidden.row_size * sizeof(float),
-                                   stream>>>(normed, hidden, delta, static_cast<const T*>(w), eps, form);
+      launch_block_norm<T, true>(normed, hidden, delta, static_cast<const T*>(w), eps, form, stream);
       return cudaGetLastError();
     }
     add_rms_norm_kernel<T><<<blocks_for(hidden.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(

@@ -31,8 +31,9 @@
 // loads, and with one resident block an SM sat idle between the burst's tail and the next block
 // (measured 2.2-3.0 TB/s on the 8B shapes; now 3.1-4.1, and 4.47 TB/s on the head at the chip's read
 // ceiling). Warps per tile: up to 16 with at most kUnroll steps a round; but where the tiles are few
-// (<= a quarter of the resident warps), exactly one wave of warps, each with a longer range, so that
-// no second partial wave pays the ramp and the tail again (o [4096, 4096]: 10.7 -> 10.4 us).
+// (<= a quarter of the resident warps), exactly one wave of warps, each with a longer range of at
+// most 8 rounds, so that no second partial wave pays the ramp and the tail again (o [4096, 4096]:
+// 10.7 -> 10.6 us, halved-8B q|k|v [3072, 4096]: 9.3 -> 8.5 us).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/mma_16816.cuh"
@@ -101,7 +102,9 @@ int64_t warps_per_tile(int64_t num_tiles, int64_t steps) {
   int64_t most = (steps + kUnroll - 1) / kUnroll;
   most = most < 1 ? 1 : (most > kMaxWarps ? kMaxWarps : most);
   const int64_t one_wave = multiprocessor_count() * kResidentWarps / num_tiles;
-  return one_wave >= 4 && one_wave < most ? one_wave : most;
+  // Past ~8 rounds a warp, a range's own latency chain costs more than the second wave (K = 12288).
+  const bool few_tiles = one_wave >= 4 && one_wave < most && steps <= 8 * kUnroll * one_wave;
+  return few_tiles ? one_wave : most;
 }
 
 }  // namespace
