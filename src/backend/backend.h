@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "backend/kernel_options.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "backend/moe_kinds.h"
@@ -137,6 +138,9 @@ class Backend {
   virtual void copy(TensorView dst, const TensorView& src) = 0;
   // Waits for all queued work (no-op on CPU).
   virtual void synchronize() = 0;
+  // Which kernels run where there is a choice (backend/kernel_options.h); backends without one ignore it.
+  virtual void set_kernel_options(const KernelOptions& options) { (void)options; }
+  virtual KernelOptions kernel_options() const { return {}; }
   // Makes this backend's device the calling thread's current one (CUDA: cudaSetDevice); a thread that
   // runs a tensor-parallel rank calls it first.
   virtual void make_current() {}

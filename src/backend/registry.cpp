@@ -77,6 +77,7 @@ Expected<std::vector<std::unique_ptr<Backend>>> make_tensor_parallel_group(Backe
     if (cuda) made = make_cuda_backend(share_device ? 0 : rank);
 #endif
     if (!made.has_value()) return made.status();
+    made.value()->set_kernel_options(rank0.kernel_options());  // every rank runs the same kernels
     ranks.push_back(made.value().get());
     others.push_back(std::move(made).value());
   }

@@ -110,6 +110,7 @@ struct Engine::Live {
 Expected<std::unique_ptr<Engine>> Engine::load(const EngineConfig& config_in) {
   EngineConfig config = config_in;
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(config.device));
+  backend->set_kernel_options(config.kernel_options);  // before the model loads: its ranks copy them
   config.device = backend->name();  // "auto" resolved
   PAGELLM_RETURN_IF_ERROR(check_kv_cache_dtype_name(config.kv_cache_dtype));  // before the slow load
   PAGELLM_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype_flag(config.dtype));

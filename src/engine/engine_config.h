@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backend/kernel_options.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "engine/speculative_config.h"
@@ -37,6 +38,9 @@ struct EngineConfig {
   // --tp-communicator: how CUDA ranks on GPUs of their own meet: auto (peer memory where every pair of
   // GPUs has it, else NCCL), peer, nccl.
   std::string tp_communicator = "auto";
+  // Which kernels run where a backend has a choice: the PAGELLM_CUDA_* switches of the environment,
+  // read here once (backend/kernel_options.h); the engine gives them to every backend it makes.
+  KernelOptions kernel_options = KernelOptions::from_environment();
   // Ranks as processes, one each (vLLM / torchrun's flags; engine/tensor_parallel_worker.h): --nnodes
   // equal to --tensor-parallel-size, this process's --node-rank (0 runs the engine and the server,
   // the others only their shard), rank 0's --master-addr / --master-port, and --tp-timeout-s, how

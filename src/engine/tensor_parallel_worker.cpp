@@ -79,6 +79,7 @@ void serve_steps(TcpGroup& group, Model& shard, Backend& backend) {
 Status run_tensor_parallel_worker(const EngineConfig& config) {
   PAGELLM_ASSIGN_OR_RETURN(TcpGroupOptions options, process_group_options(config));
   PAGELLM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_process_rank_backend(config.device, config.node_rank));
+  backend->set_kernel_options(config.kernel_options);
   PAGELLM_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype_flag(config.dtype));
   LOG_INFO("[tp] rank {} of {}: joining rank 0 at {}:{} ({} {})", options.rank, options.size, options.master_addr,
            options.master_port, backend->name(), backend->device_index());

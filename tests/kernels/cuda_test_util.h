@@ -52,25 +52,23 @@ inline Backend* cuda_backend_or_null(std::string* why) {
   ::pagellm::Backend* var = ::pagellm::cuda_test::cuda_backend_or_null(&var##_why); \
   if (var == nullptr) GTEST_SKIP() << "no GPU to test on: " << var##_why
 
-// Sets (value != nullptr) or unsets an environment variable for one scope and puts back what was
-// there: the backends' path switches (PAGELLM_CUDA_*) are read at every call.
-class ScopedEnv {
+// Changes one backend's kernel options (backend/kernel_options.h) for one scope and puts back what
+// it had: the tests compare a backend's alternative paths this way.
+class ScopedKernelOptions {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+  ScopedKernelOptions(Backend& backend, const std::function<void(KernelOptions&)>& change)
+      : backend_(backend), old_(backend.kernel_options()) {
+    KernelOptions options = old_;
+    change(options);
+    backend_.set_kernel_options(options);
   }
-  ~ScopedEnv() {
-    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedKernelOptions() { backend_.set_kernel_options(old_); }
+  ScopedKernelOptions(const ScopedKernelOptions&) = delete;
+  ScopedKernelOptions& operator=(const ScopedKernelOptions&) = delete;
 
  private:
-  std::string name_;
-  std::optional<std::string> old_;
+  Backend& backend_;
+  KernelOptions old_;
 };
 
 // Microseconds per call of `product` on the GPU: `warmup` calls, then the mean of `iterations`

@@ -143,7 +143,7 @@ TEST(CudaAttention, SmallHeadDimsNonCausalAndF16) {
 // in its own order; PrefillRowsDoNotDependOnBatchOrChunking covers it.)
 TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  setenv("PAGELLM_CUDA_PREFILL_ATTENTION", "0", 1);
+  const ScopedKernelOptions general_kernel(*gpu, [](KernelOptions& o) { o.prefill_attention = false; });
   struct Case {
     const char* name;
     std::vector<SeqShape> seqs;
@@ -186,10 +186,11 @@ TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
                                                                 static_cast<int64_t>(tc.target) + 1);
       alone.max_seqlen_q = 1;
       alone.max_seqlen_k = static_cast<int32_t>(target.context_len);
-      if (tc.partition_units) setenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS", "1", 1);
-      const Tensor alone_out =
-          run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, dtype);
-      unsetenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS");
+      Tensor alone_out;
+      {
+        const ScopedKernelOptions units(*gpu, [&](KernelOptions& o) { o.decode_partition_units = tc.partition_units; });
+        alone_out = run_cuda(*gpu, in.q.view().slice_rows(row, row + 1), paged.k_cache, paged.v_cache, alone, dtype);
+      }
       const size_t row_bytes = static_cast<size_t>(batch.num_heads * batch.head_dim) * dtype_size_bytes(dtype);
       EXPECT_EQ(std::memcmp(static_cast<const char*>(batch_out.view().data) + static_cast<size_t>(row) * row_bytes,
                             alone_out.view().data, row_bytes), 0);
@@ -199,7 +200,6 @@ TEST(CudaAttention, SequenceAloneEqualsSequenceInBatch) {
       EXPECT_EQ(compare(expected, batch_out, tolerance_vs_reference(dtype)), "");
     }
   }
-  unsetenv("PAGELLM_CUDA_PREFILL_ATTENTION");
 }
 
 // The prefill kernel (bf16, q_len >= 2): the rows of a prompt chunk are bitwise the rows
@@ -524,7 +524,7 @@ INSTANTIATE_TEST_SUITE_P(Fp8Cache, CudaAttentionFp8Grid,
 // which also reads FP8 caches, keeps its own invariance, PrefillRowsDoNotDependOnBatchOrChunking.)
 TEST(CudaAttention, Fp8CacheDecodeRowAloneEqualsInBatch) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedEnv general_kernel("PAGELLM_CUDA_PREFILL_ATTENTION", "0");
+  const ScopedKernelOptions general_kernel(*gpu, [](KernelOptions& o) { o.prefill_attention = false; });
   const std::vector<SeqShape> mixes[] = {
       {{5, 60}, {1, 3000}, {1, 5000}, {300, 300}, {1, 2}},
       {{5, 60}, {2, 3000}, {1, 5000}, {300, 300}, {1, 2}},

@@ -274,18 +274,6 @@ Tensor rows_of_seqs(const Tensor& t, const Batch& b, const std::vector<size_t>& 
   return out;
 }
 
-// Sets an environment variable for one scope (the CUDA launcher reads it at every call).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 // GdnAlgo::kChunked sends every sequence (decode rows too) through the chunked kernel; it must
 // match the CPU's chunked form (same chunk boundaries) and its recurrent form, out and state.
 TEST(CudaGdn, ChunkedDeltaRuleMatchesCpuChunkedAndRecurrent) {
@@ -411,13 +399,13 @@ TEST(CudaGdn, DeltaRuleRoutesSequencesByLength) {
     expect_same(automatic, in.run(*gpu, GdnAlgo::kAuto, 513), all, "an exact hint changes nothing");
     expect_same(recurrent, in.run(*gpu, GdnAlgo::kAuto, 1), all, "a hint of 1: the recurrent kernel for all");
     {
-      const ScopedEnv off("PAGELLM_CUDA_GDN_CHUNKED", "0");
-      expect_same(recurrent, in.run(*gpu, GdnAlgo::kAuto), all, "PAGELLM_CUDA_GDN_CHUNKED=0");
-      expect_same(chunked, in.run(*gpu, GdnAlgo::kChunked), all, "an explicit kChunked outranks the env");
+      const ScopedKernelOptions off(*gpu, [](KernelOptions& o) { o.gdn_chunked = false; });
+      expect_same(recurrent, in.run(*gpu, GdnAlgo::kAuto), all, "KernelOptions::gdn_chunked off");
+      expect_same(chunked, in.run(*gpu, GdnAlgo::kChunked), all, "an explicit kChunked outranks the option");
     }
     {
-      const ScopedEnv from_one("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "1");
-      expect_same(chunked, in.run(*gpu, GdnAlgo::kAuto), all, "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS=1");
+      const ScopedKernelOptions from_one(*gpu, [](KernelOptions& o) { o.gdn_chunked_min_tokens = 1; });
+      expect_same(chunked, in.run(*gpu, GdnAlgo::kAuto), all, "KernelOptions::gdn_chunked_min_tokens = 1");
     }
   }
   for (const DeltaShape& s : {DeltaShape{1, 2, 160, 32}, DeltaShape{1, 2, 18, 16}}) {

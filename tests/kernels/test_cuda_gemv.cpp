@@ -1,7 +1,7 @@
 // The GEMV behind the CUDA backend's matmul for M <= 8 bf16/f16 (backend/cuda/gemv.cu), through
 // Backend::matmul: against the CPU twin (as CudaOps.MatmulMatchesCpu), bitwise batch invariance
 // (row m of an M-row product is the same bits for every M <= 8), against cuBLASLt
-// (PAGELLM_CUDA_GEMV=0), and the products the GEMV refuses still right through cuBLASLt.
+// (KernelOptions::gemv off), and the products the GEMV refuses still right through cuBLASLt.
 // Outputs are poisoned (NaN) before each GPU run so unwritten elements fail. Skips without a GPU.
 #include <cmath>
 #include <cstdlib>
@@ -33,25 +33,10 @@ Tensor poisoned(Backend& gpu, Shape shape, DType dtype) {
   return to_device(gpu, host.view());
 }
 
-// Sets PAGELLM_CUDA_GEMV for one scope and puts back what was there.
-class ScopedGemvEnv {
- public:
-  explicit ScopedGemvEnv(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    if (value) setenv(kName, value, 1);
-    else unsetenv(kName);
-  }
-  ~ScopedGemvEnv() {
-    if (old_) setenv(kName, old_->c_str(), 1);
-    else unsetenv(kName);
-  }
-  ScopedGemvEnv(const ScopedGemvEnv&) = delete;
-  ScopedGemvEnv& operator=(const ScopedGemvEnv&) = delete;
-
- private:
-  static constexpr const char* kName = "PAGELLM_CUDA_GEMV";
-  std::optional<std::string> old_;
-};
+// The GEMV on (the default) or off (every product on cuBLASLt) for one scope.
+cuda_test::ScopedKernelOptions gemv_path(Backend& gpu, bool on) {
+  return cuda_test::ScopedKernelOptions(gpu, [on](KernelOptions& options) { options.gemv = on; });
+}
 
 // Rows [row0, row0 + rows) and columns [col0, col0 + cols) of a 2-D tensor (a strided view).
 TensorView block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
@@ -143,7 +128,7 @@ const GemvCase kShapes[] = {
 
 TEST(CudaGemv, MatchesCpu) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedGemvEnv gemv_on(nullptr);
+  const auto gemv_on = gemv_path(*gpu, true);
   Rng rng(11);
   for (DType dtype : kHalfTypes) {
     for (const GemvCase& c : kShapes) {
@@ -160,7 +145,7 @@ TEST(CudaGemv, MatchesCpu) {
 // The LM head of Qwen3-0.6B (151936 x 1024): 18992 blocks, the shape that dominates a decode step.
 TEST(CudaGemv, MatchesCpuOnLmHeadShape) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedGemvEnv gemv_on(nullptr);
+  const auto gemv_on = gemv_path(*gpu, true);
   Rng rng(12);
   const GemvCase c{8, 151936, 1024};
   for (DType dtype : kHalfTypes) {
@@ -177,7 +162,7 @@ TEST(CudaGemv, MatchesCpuOnLmHeadShape) {
 // every row: a decode batch gives each sequence what it would get alone.
 TEST(CudaGemv, RowsAreBatchInvariantBitwise) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedGemvEnv gemv_on(nullptr);
+  const auto gemv_on = gemv_path(*gpu, true);
   Rng rng(13);
   for (DType dtype : kHalfTypes) {
     for (const GemvCase& c : {GemvCase{8, 4096, 1024}, GemvCase{8, 1024, 3072}, GemvCase{8, 151936, 1024},
@@ -197,7 +182,7 @@ TEST(CudaGemv, RowsAreBatchInvariantBitwise) {
   }
 }
 
-// The GEMV and cuBLASLt (PAGELLM_CUDA_GEMV=0) agree within the CPU tolerance.
+// The GEMV and cuBLASLt (KernelOptions::gemv off) agree within the CPU tolerance.
 TEST(CudaGemv, MatchesCublasLt) {
   PAGELLM_GPU_OR_SKIP(gpu);
   Rng rng(14);
@@ -208,11 +193,11 @@ TEST(CudaGemv, MatchesCublasLt) {
       const Operands o = make_operands(*gpu, c, dtype, rng);
       Tensor cublaslt, gemv;
       {
-        const ScopedGemvEnv gemv_off("0");
+        const auto gemv_off = gemv_path(*gpu, false);
         cublaslt = gpu_product(*gpu, c, o, dtype, 0, c.m);
       }
       {
-        const ScopedGemvEnv gemv_on(nullptr);
+        const auto gemv_on = gemv_path(*gpu, true);
         gemv = gpu_product(*gpu, c, o, dtype, 0, c.m);
       }
       EXPECT_EQ(compare_tensors(cublaslt, gemv, kRel, kAbs), "");
@@ -224,7 +209,7 @@ TEST(CudaGemv, MatchesCublasLt) {
 // multiple of 8, x not 16-byte aligned, ld_x not a multiple of 8, M above 8.
 TEST(CudaGemv, FallsBackToCublasLtWhereItDoesNotApply) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedGemvEnv gemv_on(nullptr);
+  const auto gemv_on = gemv_path(*gpu, true);
   Rng rng(15);
   for (DType dtype : kHalfTypes) {
     for (const GemvCase& c : {GemvCase{1, 512, 1004}, GemvCase{4, 300, 1004},  // k % 8 != 0
@@ -246,7 +231,7 @@ TEST(CudaGemv, FallsBackToCublasLtWhereItDoesNotApply) {
 // non-coherent path, failed this test: PERFORMANCE.md, 2026-11-27 GEMV pass.)
 TEST(CudaGemv, ReadsTheInputTheKernelBeforeItWrote) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedGemvEnv gemv_on(nullptr);
+  const auto gemv_on = gemv_path(*gpu, true);
   Rng rng(16);
   constexpr int kRounds = 48;
   const DType dtype = DType::kBF16;

@@ -1,7 +1,7 @@
 // The CUDA quantized matmuls (backend/cuda/quant_gemv.h) through Backend::matmul_fp8_block and
 // Backend::matmul_int4: against an f64 reference on the dequantized weight and against the CPU twin,
 // on both paths (the register-dequantizing GEMV for M <= 8, dequantization + cuBLASLt for the rest
-// and for PAGELLM_CUDA_QUANT_GEMV=0), bitwise batch invariance of the GEMV's rows for M <= 8, and the
+// and with KernelOptions::quant_gemv off), bitwise batch invariance of the GEMV's rows for M <= 8, and the
 // GEMV's bandwidth on an 8B-model-sized weight (printed). Outputs are poisoned (NaN) before each GPU
 // run so unwritten elements fail. Skips without a GPU.
 #include <algorithm>
@@ -30,14 +30,10 @@ using attention_test::to_doubles;
 using cuda_test::to_device;
 using cuda_test::to_host;
 
-// Sets PAGELLM_CUDA_QUANT_GEMV for one scope and puts back what was there.
-class ScopedQuantGemvEnv {
- public:
-  explicit ScopedQuantGemvEnv(const char* value) : env_("PAGELLM_CUDA_QUANT_GEMV", value) {}
-
- private:
-  cuda_test::ScopedEnv env_;
-};
+// The quantized GEMV / INT4 GEMM on (the default) or off (dequantization + cuBLASLt) for one scope.
+cuda_test::ScopedKernelOptions quant_gemv(Backend& gpu, bool on) {
+  return cuda_test::ScopedKernelOptions(gpu, [on](KernelOptions& options) { options.quant_gemv = on; });
+}
 
 // One quantized weight on the host (with its f32 dequantization) and on the GPU, and the op on it.
 struct QuantCase {
@@ -170,14 +166,16 @@ void expect_close(const Reference& ref, const Tensor& cpu, const Tensor& got, DT
       << what << " vs the CPU";
 }
 
-void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, uint64_t seed,
+void run_matches(bool gemv_on, const std::vector<int64_t>& row_counts, uint64_t seed,
                  const std::function<std::vector<QuantCase>(Backend&, Rng&)>& make_cases = all_cases,
                  const std::vector<DType>& dtypes = {DType::kBF16, DType::kF16, DType::kF32}) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedQuantGemvEnv env(gemv_env);
   // These bounds are the GEMV's, the INT4 GEMM's and the dequantization path's; FP8 products of more
   // than 8 rows would otherwise go W8A8, whose looser bound (activations in FP8) test_cuda_w8a8.cpp checks.
-  const cuda_test::ScopedEnv w8a8_off("PAGELLM_CUDA_FP8_W8A8", "0");
+  const cuda_test::ScopedKernelOptions options(*gpu, [gemv_on](KernelOptions& o) {
+    o.quant_gemv = gemv_on;
+    o.fp8_w8a8 = false;
+  });
   Rng rng(seed);
   const std::vector<QuantCase> cases = make_cases(*gpu, rng);
   for (const QuantCase& c : cases) {
@@ -194,8 +192,8 @@ void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, u
       const Reference ref_all = reference_product(x_dense, c.dequantized);
       const Tensor cpu_all = cpu_product(c, x_dense);
       for (int64_t m : row_counts) {
-        const std::string what = fmt::format("{} {} M = {} (PAGELLM_CUDA_QUANT_GEMV={})", c.name, dtype_name(dtype), m,
-                                             gemv_env ? gemv_env : "unset");
+        const std::string what = fmt::format("{} {} M = {} (quantized GEMV {})", c.name, dtype_name(dtype), m,
+                                             gemv_on ? "on" : "off");
         const Tensor got = gpu_product(*gpu, c, x_dev, 8, 0, m, /*out_pad=*/3);
         Reference ref;  // rows [0, m)
         ref.value.assign(ref_all.value.begin(), ref_all.value.begin() + m * c.n());
@@ -206,9 +204,9 @@ void run_matches(const char* gemv_env, const std::vector<int64_t>& row_counts, u
   }
 }
 
-TEST(CudaQuantGemm, MatchesReferenceAndCpu) { run_matches(nullptr, {1, 3, 8, 16, 33}, 21); }
+TEST(CudaQuantGemm, MatchesReferenceAndCpu) { run_matches(true, {1, 3, 8, 16, 33}, 21); }
 
-TEST(CudaQuantGemm, DequantizationPathMatchesReferenceAndCpuAtDecodeSizes) { run_matches("0", {1, 5, 8}, 22); }
+TEST(CudaQuantGemm, DequantizationPathMatchesReferenceAndCpuAtDecodeSizes) { run_matches(false, {1, 5, 8}, 22); }
 
 // The INT4 GEMM (int4_gemm.cu: 9..64 rows, weights of at least a column of 128-row blocks per SM; these
 // have one for up to 160 SMs, and a partial last block): groups of 64 and 128, K of two k tiles and
@@ -220,14 +218,14 @@ TEST(CudaQuantGemm, Int4GemmMatchesReferenceAndCpu) {
     c.push_back(int4_case(gpu, 128 * 160 + 72, 512, 128, rng));
     return c;
   };
-  run_matches(nullptr, {9, 16, 33, 64, 65}, 25, cases, {DType::kBF16, DType::kF16});
+  run_matches(true, {9, 16, 33, 64, 65}, 25, cases, {DType::kBF16, DType::kF16});
 }
 
 // Row r of an M-row product has the bits of the 1-row product of x row r, for every M <= 8: a
 // decode batch gives each sequence what it would get alone (the GEMV's promise).
 TEST(CudaQuantGemm, GemvRowsAreBatchInvariantBitwise) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedQuantGemvEnv env(nullptr);
+  const auto gemv_on = quant_gemv(*gpu, true);
   Rng rng(23);
   std::vector<QuantCase> cases;
   cases.push_back(fp8_case(*gpu, 200, 320, 128, 128, rng));
@@ -255,7 +253,7 @@ TEST(CudaQuantGemm, GemvRowsAreBatchInvariantBitwise) {
 // code's value, exact in f32 and in bf16/f16: bitwise the CPU's result.
 TEST(CudaQuantGemm, GemvConvertsEveryE4m3CodeExactly) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedQuantGemvEnv env(nullptr);
+  const auto gemv_on = quant_gemv(*gpu, true);
   constexpr int64_t kCodes = 256, kK = 64;
   Fp8Weight f;
   f.block_n = f.block_k = 128;
@@ -336,7 +334,7 @@ double graph_us(Backend& gpu, const std::vector<std::vector<Tensor>>& copies,
 // through copies larger than the L2 as a model's layers do. Prints; asserts only that the products ran.
 TEST(CudaQuantGemm, PrintsGemvBandwidth) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedQuantGemvEnv env(nullptr);
+  const auto gemv_on = quant_gemv(*gpu, true);
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {6144, 4096}, {24576, 4096}, {4096, 12288}};
   for (const auto& [n, k] : shapes) {
     const auto bf16 = bench_copies(*gpu, {bench_tensor(*gpu, {n, k}, DType::kBF16, 1, 0x3f)});
@@ -373,7 +371,7 @@ TEST(CudaQuantGemm, PrintsGemvBandwidth) {
 
 // us per INT4 product of more than 8 rows on Qwen3-8B's shapes: the default path (the in-register GEMM
 // where int4_gemm_applies, else dequantization + cuBLASLt) against dequantization + cuBLASLt
-// (PAGELLM_CUDA_QUANT_GEMV=0) and against the bf16 cuBLASLt product of the same shape. Prints;
+// (KernelOptions::quant_gemv off) and against the bf16 cuBLASLt product of the same shape. Prints;
 // asserts only that the products ran.
 TEST(CudaQuantGemm, PrintsInt4GemmThroughput) {
   PAGELLM_GPU_OR_SKIP(gpu);
@@ -394,7 +392,7 @@ TEST(CudaQuantGemm, PrintsInt4GemmThroughput) {
       const double default_us = graph_us(*gpu, int4, int4_product);
       double dequant_us = 0;
       {
-        const ScopedQuantGemvEnv off("0");
+        const auto gemv_off = quant_gemv(*gpu, false);
         int4_product(int4[0]);  // grows the dequantization workspace outside the capture
         dequant_us = graph_us(*gpu, int4, int4_product);
       }

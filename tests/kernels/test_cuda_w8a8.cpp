@@ -35,11 +35,14 @@ namespace pagellm::quant_test {
 namespace {
 
 using attention_test::fill_nan;
-using cuda_test::ScopedEnv;
+using cuda_test::ScopedKernelOptions;
 using cuda_test::to_device;
 using cuda_test::to_host;
 
-constexpr const char* kW8a8Env = "PAGELLM_CUDA_FP8_W8A8";
+// W8A8 on (the default) or off (FP8 products of > 8 rows dequantized + cuBLASLt) for one scope.
+ScopedKernelOptions w8a8(Backend& gpu, bool on) {
+  return ScopedKernelOptions(gpu, [on](KernelOptions& options) { options.fp8_w8a8 = on; });
+}
 constexpr int64_t kGroup = cpu::kFp8GroupSize;
 
 // [rows, cols + 16] of dtype; each (row, 128-group) has its own magnitude 2^-6 .. 2^3, so scales
@@ -176,7 +179,7 @@ Tensor dense_rows(const Tensor& x_wide, int64_t rows, int64_t cols) {
 
 TEST(CudaW8A8, MatchesReferences) {
   PAGELLM_GPU_OR_SKIP(gpu);
-  const ScopedEnv gemv_default("PAGELLM_CUDA_QUANT_GEMV", nullptr);
+  const ScopedKernelOptions gemv_default(*gpu, [](KernelOptions& o) { o.quant_gemv = true; });
   Rng rng(82);
   struct Case {
     int64_t n, k;
@@ -199,11 +202,11 @@ TEST(CudaW8A8, MatchesReferences) {
         const std::string what = fmt::format("fp8 [{}, {}] {} M = {}", c.n, c.k, dtype_name(dtype), m);
         Tensor got, dequantized;
         {
-          const ScopedEnv on(kW8a8Env, nullptr);
+          const auto on = w8a8(*gpu, true);
           got = fp8_product(*gpu, x, w, w_scale, 128, 128);
         }
         {
-          const ScopedEnv off(kW8a8Env, "0");
+          const auto off = w8a8(*gpu, false);
           dequantized = fp8_product(*gpu, x, w, w_scale, 128, 128);
         }
         const bool took_w8a8 = !bitwise_diff(got, dequantized).empty();
@@ -242,11 +245,11 @@ TEST(CudaW8A8, OtherShapesTakeTheDequantizationPath) {
     const TensorView x = inner_columns(x_dev, c.k);
     Tensor on, off;
     {
-      const ScopedEnv e(kW8a8Env, nullptr);
+      const auto e = w8a8(*gpu, true);
       on = fp8_product(*gpu, x, w, w_scale, c.block_n, c.block_k);
     }
     {
-      const ScopedEnv e(kW8a8Env, "0");
+      const auto e = w8a8(*gpu, false);
       off = fp8_product(*gpu, x, w, w_scale, c.block_n, c.block_k);
     }
     EXPECT_EQ(bitwise_diff(on, off), "") << c.why;
@@ -270,12 +273,12 @@ TEST(CudaW8A8, PrintsThroughputAgainstBf16) {
       const double bf16_us = time_us([&] { gpu->matmul(out.view(), x.view(), w16.view()); });
       double w8a8_us = 0, dequant_us = 0;
       {
-        const ScopedEnv e(kW8a8Env, nullptr);
+        const auto e = w8a8(*gpu, true);
         w8a8_us = time_us([&] { gpu->matmul_fp8_block(out.view(), x.view(), w8, s8, 128, 128); });
       }
       const Tensor host = to_host(*gpu, out.view());
       {
-        const ScopedEnv e(kW8a8Env, "0");
+        const auto e = w8a8(*gpu, false);
         dequant_us = time_us([&] { gpu->matmul_fp8_block(out.view(), x.view(), w8, s8, 128, 128); });
       }
       const double quant_us = time_us([&] { gpu->quantize_fp8_groups(x_fp8.view(), x_scales.view(), x.view()); });

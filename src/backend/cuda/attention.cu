@@ -776,7 +776,7 @@ cudaError_t launch_write_kv(DType dtype, KvFormat format, void* k_cache, void* v
 }
 
 AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_keys, int32_t max_seqlen_q, int num_sms,
-                             bool short_rows_split_keys) {
+                             const KernelOptions& options, bool short_rows_split_keys) {
   AttentionPlan plan;
   const int64_t head_dim = a.k_layout.head_dim;
   const int64_t row_heads = a.num_tokens * a.num_heads;
@@ -784,10 +784,7 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   if (num_partitions >= 2 && row_heads < 2 * num_sms && num_partitions <= 65535) plan.splits = num_partitions;
 
   // The decode kernel: 16-byte rows (cp.async), pairs of dims per thread, its shared memory.
-  static const bool enabled = [] {
-    const char* env = std::getenv("PAGELLM_CUDA_DECODE_ATTENTION");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  const bool enabled = options.decode_attention;
   // Bytes of a cache element (the decode kernel's rows) and of a q element.
   const DType cache_dtype = a.kv_format.cache_dtype;
   const int64_t elem = cache_dtype == DType::kF32 ? 4 : cache_dtype == DType::kF8E4M3 ? 1 : 2;
@@ -808,7 +805,6 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
                          max_keys > 0;
   const bool decode_only = decode_ok && max_seqlen_q == 1;
   const bool mixed = decode_ok && !decode_only && a.num_seqs >= 2;  // decode rows go to the decode kernel
-  const char* prefill_env = std::getenv("PAGELLM_CUDA_PREFILL_ATTENTION");
   const int64_t prefill_smem = prefill_attention_smem_bytes(head_dim);
   // Verification rows of a few tokens (speculation: 1 + k) fill a few of the prefill kernel's 64-row
   // tiles and get one block per (sequence, head) for all their keys; the general kernel splits their
@@ -819,7 +815,7 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
   const bool short_rows_split = short_rows_split_keys && max_seqlen_q <= kShortRowsMaxQ;
   plan.prefill = decode_ok && max_seqlen_q >= 2 && !short_rows_split && dtype == DType::kBF16 &&
                  (cache_dtype == DType::kBF16 || cache_dtype == DType::kF8E4M3) &&
-                 (prefill_env == nullptr || std::string_view(prefill_env) != "0") && prefill_smem > 0 &&
+                 options.prefill_attention && prefill_smem > 0 &&
                  prefill_smem <= smem_optin_limit() && aligned(a.q) && (a.q_stride_row * q_elem) % 16 == 0 &&
                  (a.q_stride_head * q_elem) % 16 == 0;
   plan.general = !decode_only && !plan.prefill;
@@ -834,10 +830,8 @@ AttentionPlan plan_attention(DType dtype, const AttentionArgs& a, int64_t max_ke
     const int64_t chunks = (max_keys + kChunk - 1) / kChunk;
     const int64_t rows = a.num_tokens * a.num_heads;
     // States per 32-key chunk, or per partition when that scratch would pass 64 MiB.
-    // (PAGELLM_CUDA_DECODE_PARTITION_UNITS=1 forces partitions: the tests cover both.)
-    const char* force = std::getenv("PAGELLM_CUDA_DECODE_PARTITION_UNITS");
-    const bool per_chunk = rows * chunks * (head_dim + 2) * 4 <= (int64_t{64} << 20) &&
-                           (force == nullptr || std::string_view(force) != "1");
+    // (KernelOptions::decode_partition_units forces partitions: the tests cover both.)
+    const bool per_chunk = rows * chunks * (head_dim + 2) * 4 <= (int64_t{64} << 20) && !options.decode_partition_units;
     plan.decode_unit_chunks = per_chunk ? 1 : kChunksPerPartition;
     plan.decode_units = per_chunk ? chunks : (chunks + kChunksPerPartition - 1) / kChunksPerPartition;
     const int64_t want = (4 * num_sms + blocks - 1) / blocks;

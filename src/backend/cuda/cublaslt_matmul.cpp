@@ -30,12 +30,6 @@ int alignment_bytes(const void* ptr, int64_t ld, DType dtype) {
   return static_cast<int>(bits & (~bits + 1));
 }
 
-// PAGELLM_CUDA_GEMV=0 turns the GEMV off; unset or anything else leaves it on.
-bool gemv_enabled() {
-  const char* value = std::getenv("PAGELLM_CUDA_GEMV");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
 }  // namespace
 
 CublasLtMatmul::CublasLtMatmul(cudaStream_t stream) : stream_(stream) {
@@ -109,7 +103,7 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& key) {
 
 void CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
                          int64_t ld_w, int64_t m, int64_t n, int64_t k) {
-  if (gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k) && gemv_enabled()) {
+  if (gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k) && gemv_enabled_) {
     CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, stream_));
     return;
   }

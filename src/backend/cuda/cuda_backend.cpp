@@ -150,6 +150,11 @@ class CudaBackend final : public Backend {
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
   void make_current() override { CUDA_CHECK(cudaSetDevice(device_)); }
   int device_index() const override { return device_; }
+  void set_kernel_options(const KernelOptions& options) override {
+    kernel_options_ = options;
+    matmul_->set_gemv_enabled(options.gemv);
+  }
+  KernelOptions kernel_options() const override { return kernel_options_; }
   CudaPlacement placement() const { return {device_, stream_.get()}; }
   Tensor alloc_host(Shape shape, DType dtype) override;
   void copy_to_host_async(TensorView dst, const TensorView& src) override;
@@ -229,6 +234,7 @@ class CudaBackend final : public Backend {
   // the backend object.
   std::shared_ptr<CUstream_st> stream_;
   int num_sms_;
+  KernelOptions kernel_options_;  // set_kernel_options; the defaults until then
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   bool quant_gemv_supported_ = false;  // the device runs quant_gemv.cu's mma.sync (compute capability 8.0+)
   bool int4_gemm_supported_ = false;  // the device runs int4_gemm.cu (8.0+, its shared memory)
@@ -489,21 +495,6 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
 
 namespace {
 
-// PAGELLM_CUDA_QUANT_GEMV=0 sends every quantized product through dequantization + cuBLASLt (no GEMV,
-// no INT4 GEMM); read at every call, as PAGELLM_CUDA_GEMV, so tests and benchmarks can compare the
-// paths in one process.
-bool quant_gemv_enabled() {
-  const char* value = std::getenv("PAGELLM_CUDA_QUANT_GEMV");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
-// PAGELLM_CUDA_FP8_W8A8=0 sends FP8 products of more than 8 rows through dequantization + cuBLASLt
-// instead of the W8A8 path; read at every call, as the switches above.
-bool fp8_w8a8_enabled() {
-  const char* value = std::getenv("PAGELLM_CUDA_FP8_W8A8");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
 size_t round_up_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -553,11 +544,11 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
   CHECK_MSG((x.strides[1] == 1 || k == 1) && (out.strides[1] == 1 || n == 1), "[cuda] {}: x and out need unit column strides",
             op);
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
-  if (quant_gemv_supported_ && quant_gemv_enabled() && cuda::quant_gemv_lane_bytes(x.dtype, w, x.data, ld_x, m) > 0) {
+  if (quant_gemv_supported_ && kernel_options_.quant_gemv && cuda::quant_gemv_lane_bytes(x.dtype, w, x.data, ld_x, m) > 0) {
     CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
     return;
   }
-  if (int4_gemm_supported_ && quant_gemv_enabled() &&
+  if (int4_gemm_supported_ && kernel_options_.quant_gemv &&
       cuda::int4_gemm_applies(x.dtype, w, x.data, ld_x, m, num_sms_)) {
     CUDA_CHECK(cuda::launch_int4_gemm(x.dtype, out.data, ld_out, x.data, ld_x, w, m, num_sms_, stream()));
     return;
@@ -580,7 +571,7 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
 bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x,
                                   const cuda::QuantWeight& w, const char* op) {
   const int64_t m = x.size(0), n = w.n, k = w.k;
-  if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !fp8_w8a8_enabled()) return false;
+  if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !kernel_options_.fp8_w8a8) return false;
   if (w.block_n != cuda::kFp8GroupCols || w.block_k != cuda::kFp8GroupCols || k % cuda::kFp8GroupCols != 0 ||
       n % 16 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
       !cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k)) {
@@ -874,7 +865,7 @@ void CudaBackend::attention(TensorView out, const TensorView& q, const TensorVie
   int64_t max_keys = tables.size(1) * a.k_layout.block_size;
   if (params.max_seqlen_k > 0) max_keys = std::min<int64_t>(max_keys, params.max_seqlen_k);
   const cuda::AttentionPlan plan = cuda::plan_attention(q.dtype, a, max_keys, params.max_seqlen_q, num_sms_,
-                                                              params.short_rows_split_keys);
+                                                              kernel_options_, params.short_rows_split_keys);
   float* partials = nullptr;
   if (plan.partial_floats > 0) {
     const int64_t floats = plan.partial_floats;
@@ -1152,6 +1143,7 @@ void CudaBackend::gdn_delta_rule(TensorView out, const TensorView& q, const Tens
               : params.algo == GdnAlgo::kChunked ? cuda::GdnDeltaForm::kChunked
                                                  : cuda::GdnDeltaForm::kAuto;
   args.max_seqlen_q = params.max_seqlen_q;
+  args.auto_chunked_min_tokens = kernel_options_.gdn_chunked ? kernel_options_.gdn_chunked_min_tokens : INT64_MAX;
   CUDA_CHECK(cuda::launch_gdn_delta_rule(q.dtype, args, stream()));
 }
 

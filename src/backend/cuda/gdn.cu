@@ -260,7 +260,7 @@ constexpr int kChunkThreads = kChunkWarps * 32;
 constexpr int kChunkRowsPerWarp = kChunkTokens / kChunkWarps;  // 8
 constexpr int kChunkMaxDk = 4 * 32;                             // the S update map covers 4 x 32 rows
 constexpr int kSolveBlock = 16;
-constexpr int64_t kChunkedMinTokens = 16;  // default routing threshold (PAGELLM_CUDA_GDN_CHUNKED=N sets N)
+constexpr int64_t kChunkedMinTokens = 16;  // default routing threshold (GdnDeltaArgs::auto_chunked_min_tokens)
 static_assert(kChunkTokens % kChunkWarps == 0 && kChunkTokens % kSolveBlock == 0 && kChunkTokens == 2 * 32);
 
 // Shared memory of the chunked kernel for key dim dk (floats; every array starts 16-byte aligned
@@ -599,19 +599,6 @@ cudaError_t launch_chunked(const GdnDeltaArgs& args, int64_t chunked_from, cudaS
   return cudaGetLastError();
 }
 
-// The chunked threshold under GdnDeltaForm::kAuto, read at every call so tests can toggle it:
-// PAGELLM_CUDA_GDN_CHUNKED=0 turns the chunked kernel off; PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS=N
-// sends sequences of N >= 1 tokens or more to it (default kChunkedMinTokens).
-int64_t auto_chunked_from() {
-  const char* off = std::getenv("PAGELLM_CUDA_GDN_CHUNKED");
-  if (off != nullptr && off[0] == '0' && off[1] == '\0') return INT64_MAX;
-  const char* min_tokens = std::getenv("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS");
-  if (min_tokens == nullptr) return kChunkedMinTokens;
-  char* end = nullptr;
-  const long long n = std::strtoll(min_tokens, &end, 10);
-  return end != min_tokens && *end == '\0' && n >= 1 ? static_cast<int64_t>(n) : kChunkedMinTokens;
-}
-
 }  // namespace
 
 cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight, void* conv_state, GdnSeqs seqs,
@@ -642,7 +629,8 @@ cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStr
   const bool chunked_fits = args.dk % 4 == 0 && args.dk <= kChunkMaxDk && chunked_smem_bytes(args.dk) <= smem_optin_limit();
   int64_t chunked_from = INT64_MAX;
   if (chunked_fits && args.form == GdnDeltaForm::kChunked) chunked_from = 1;
-  if (chunked_fits && args.form == GdnDeltaForm::kAuto) chunked_from = auto_chunked_from();
+  if (chunked_fits && args.form == GdnDeltaForm::kAuto)
+    chunked_from = args.auto_chunked_min_tokens > 0 ? args.auto_chunked_min_tokens : kChunkedMinTokens;
   // The hint spares a decode step (graph) the chunked launch; without that launch the recurrent
   // kernel takes every sequence, so a wrong hint costs time, never rows.
   if (args.max_seqlen_q > 0 && args.max_seqlen_q < chunked_from) chunked_from = INT64_MAX;

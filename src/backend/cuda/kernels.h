@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/op_kinds.h"
+#include "backend/kernel_options.h"
 #include "core/dtype.h"
 
 namespace pagellm::cuda {
@@ -171,11 +172,11 @@ int64_t prefill_attention_smem_bytes(int64_t head_dim);
 cudaError_t launch_prefill_attention(DType dtype, const AttentionArgs& args, cudaStream_t stream);
 
 // max_keys: the longest context any row may have (block-table width, or the max_seqlen_k hint);
-// max_seqlen_q: the hint (0 = unknown). PAGELLM_CUDA_DECODE_ATTENTION=0 turns the decode kernel off,
-// PAGELLM_CUDA_PREFILL_ATTENTION=0 the prefill kernel (read at every plan, so tests can toggle it).
+// max_seqlen_q: the hint (0 = unknown). The kernel switches: KernelOptions' decode_attention,
+// prefill_attention, decode_partition_units.
 // short_rows_split_keys: AttentionParams' hint (speculative rows of <= 8 queries skip the prefill kernel).
 AttentionPlan plan_attention(DType dtype, const AttentionArgs& args, int64_t max_keys, int32_t max_seqlen_q,
-                             int num_sms, bool short_rows_split_keys = false);
+                             int num_sms, const KernelOptions& options, bool short_rows_split_keys = false);
 cudaError_t launch_attention(DType dtype, const AttentionArgs& args, const AttentionPlan& plan, float* partials,
                              cudaStream_t stream);
 
@@ -213,6 +214,9 @@ struct GdnDeltaArgs {
   float q_scale = 1.0f;
   GdnDeltaForm form = GdnDeltaForm::kAuto;
   int32_t max_seqlen_q = 0;  // host hint (0 = unknown): below the chunked threshold, no chunked launch
+  // kAuto: sequences of at least this many tokens take the chunked kernel (0: gdn.cu's default;
+  // INT64_MAX: never). KernelOptions' gdn_chunked / gdn_chunked_min_tokens.
+  int64_t auto_chunked_min_tokens = 0;
 };
 cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStream_t stream);
 
