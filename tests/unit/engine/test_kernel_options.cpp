@@ -1,0 +1,109 @@
+// KernelOptions: the PAGELLM_CUDA_* switches an engine reads once (EngineConfig) and hands to its
+// backends, which then choose their kernels from the fields alone.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/kernel_options.h"
+#include "engine/engine_config.h"
+
+namespace pagellm {
+namespace {
+
+// Sets the switches for one scope and puts back what was there.
+class ScopedSwitches {
+ public:
+  explicit ScopedSwitches(const std::vector<std::pair<const char*, const char*>>& values) { set(values); }
+  ScopedSwitches(std::initializer_list<std::pair<const char*, const char*>> values) {
+    set({values.begin(), values.end()});
+  }
+  ~ScopedSwitches() {
+    for (const auto& [name, old] : saved_) {
+      if (old) setenv(name.c_str(), old->c_str(), 1);
+      else unsetenv(name.c_str());
+    }
+  }
+  ScopedSwitches(const ScopedSwitches&) = delete;
+  ScopedSwitches& operator=(const ScopedSwitches&) = delete;
+
+ private:
+  void set(const std::vector<std::pair<const char*, const char*>>& values) {
+    for (const auto& [name, value] : values) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      setenv(name, value, 1);
+    }
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+const char* const kAll[] = {"PAGELLM_CUDA_GEMV",           "PAGELLM_CUDA_QUANT_GEMV",
+                            "PAGELLM_CUDA_FP8_W8A8",       "PAGELLM_CUDA_DECODE_ATTENTION",
+                            "PAGELLM_CUDA_PREFILL_ATTENTION", "PAGELLM_CUDA_DECODE_PARTITION_UNITS",
+                            "PAGELLM_CUDA_GDN_CHUNKED",    "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS"};
+
+TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
+  std::vector<std::pair<const char*, const char*>> none;
+  for (const char* name : kAll) none.push_back({name, ""});  // set but empty: not a switch value
+  const ScopedSwitches empty(none);
+  const KernelOptions options = KernelOptions::from_environment();
+  EXPECT_TRUE(options.gemv);
+  EXPECT_TRUE(options.quant_gemv);
+  EXPECT_TRUE(options.fp8_w8a8);
+  EXPECT_TRUE(options.decode_attention);
+  EXPECT_TRUE(options.prefill_attention);
+  EXPECT_FALSE(options.decode_partition_units);
+  EXPECT_TRUE(options.gdn_chunked);
+  EXPECT_EQ(options.gdn_chunked_min_tokens, 0);
+}
+
+TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
+  const ScopedSwitches switches{{"PAGELLM_CUDA_GEMV", "0"},
+                                 {"PAGELLM_CUDA_QUANT_GEMV", "0"},
+                                 {"PAGELLM_CUDA_FP8_W8A8", "0"},
+                                 {"PAGELLM_CUDA_DECODE_ATTENTION", "0"},
+                                 {"PAGELLM_CUDA_PREFILL_ATTENTION", "0"},
+                                 {"PAGELLM_CUDA_DECODE_PARTITION_UNITS", "1"},
+                                 {"PAGELLM_CUDA_GDN_CHUNKED", "0"},
+                                 {"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "7"}};
+  const EngineConfig config;  // reads them when made
+  const KernelOptions& options = config.kernel_options;
+  EXPECT_FALSE(options.gemv);
+  EXPECT_FALSE(options.quant_gemv);
+  EXPECT_FALSE(options.fp8_w8a8);
+  EXPECT_FALSE(options.decode_attention);
+  EXPECT_FALSE(options.prefill_attention);
+  EXPECT_TRUE(options.decode_partition_units);
+  EXPECT_FALSE(options.gdn_chunked);
+  EXPECT_EQ(options.gdn_chunked_min_tokens, 7);
+}
+
+TEST(KernelOptions, OtherValuesLeaveTheDefaults) {
+  const ScopedSwitches switches{{"PAGELLM_CUDA_GEMV", "1"},
+                                 {"PAGELLM_CUDA_DECODE_PARTITION_UNITS", "0"},
+                                 {"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "-3"}};
+  const KernelOptions options = KernelOptions::from_environment();
+  EXPECT_TRUE(options.gemv);
+  EXPECT_FALSE(options.decode_partition_units);
+  EXPECT_EQ(options.gdn_chunked_min_tokens, 0);
+  const ScopedSwitches words{{"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "12x"}};
+  EXPECT_EQ(KernelOptions::from_environment().gdn_chunked_min_tokens, 0);
+}
+
+// The CPU backend has one kernel per op: it keeps no options, and setting them changes nothing.
+TEST(KernelOptions, CpuBackendIgnoresThem) {
+  auto cpu = make_backend("cpu");
+  ASSERT_TRUE(cpu.has_value());
+  KernelOptions off;
+  off.gemv = false;
+  (*cpu)->set_kernel_options(off);
+  EXPECT_TRUE((*cpu)->kernel_options().gemv);
+}
+
+}  // namespace
+}  // namespace pagellm
