@@ -15,6 +15,7 @@ bool switched(const char* name, std::string_view value) {
 
 KernelOptions KernelOptions::from_environment() {
   KernelOptions options;
+  options.graphs = !switched("PAGELLM_CUDA_GRAPHS", "0");
   options.gemv = !switched("PAGELLM_CUDA_GEMV", "0");
   options.quant_gemv = !switched("PAGELLM_CUDA_QUANT_GEMV", "0");
   options.fp8_w8a8 = !switched("PAGELLM_CUDA_FP8_W8A8", "0");

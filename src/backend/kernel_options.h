@@ -1,6 +1,6 @@
 // KernelOptions: which kernel a backend runs for an op where it has more than one (the CUDA backend
-// today). The defaults are the fast paths; the alternatives stay for A/B measurements and for tests
-// that compare the paths. Dispatch reads these fields, never the environment: EngineConfig reads
+// today), and whether its decode steps replay CUDA graphs. The defaults are the fast paths; the
+// alternatives stay for A/B measurements and for tests that compare the paths. Dispatch reads these fields, never the environment: EngineConfig reads
 // the PAGELLM_CUDA_* switches once (from_environment) and the engine hands them to every backend it
 // makes; tests set them on their backend.
 #pragma once
@@ -10,6 +10,7 @@
 namespace pagellm {
 
 struct KernelOptions {
+  bool graphs = true;                   // --enforce-eager, PAGELLM_CUDA_GRAPHS=0: every step launched eagerly
   bool gemv = true;                     // PAGELLM_CUDA_GEMV=0: decode-sized bf16/f16 products on cuBLASLt
   bool quant_gemv = true;               // PAGELLM_CUDA_QUANT_GEMV=0: quantized products dequantized + cuBLASLt
   bool fp8_w8a8 = true;                 // PAGELLM_CUDA_FP8_W8A8=0: FP8 products of > 8 rows dequantized instead

@@ -114,6 +114,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "hybrid (Gated DeltaNet) models: cache the recurrent state every this many KV blocks of a prompt "
                      "(blocks x block size a multiple of 64; 0 = the fewest such blocks)")
       ->capture_default_str();
+  command.add_flag_callback("--enforce-eager", [&config] { config.kernel_options.graphs = false; },
+                            "launch every step eagerly: no CUDA graphs for decode steps (also PAGELLM_CUDA_GRAPHS=0)");
   command.add_flag("--async-scheduling{1},--no-async-scheduling{0}", config.async_scheduling,
                    "plan each step while the previous one runs (default: on for cuda, off for cpu)");
   command.add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,

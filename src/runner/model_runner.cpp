@@ -54,11 +54,6 @@ int32_t num_top_logprobs(const SamplingParams& p) {
 
 constexpr int64_t kLogprobColumns = 1 + sampling::kMaxTopLogprobs;  // the sampled token, then the top entries
 
-bool graphs_allowed_by_env() {
-  const char* value = std::getenv("PAGELLM_CUDA_GRAPHS");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
 }  // namespace
 
 // Byte offsets of one step's inputs in the staging buffers (a slot's host buffer and the device
@@ -167,7 +162,7 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, int num_blocks, int blo
                          std::optional<DType> kv_dtype, int num_state_checkpoints, int num_state_drafts)
     : model_(model), backend_(backend), block_size_(block_size),
       next_seed_state_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
-      graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && graphs_allowed_by_env()) {
+      graphs_enabled_(backend.device() != Device::kCpu && model.is_graph_capturable() && backend.kernel_options().graphs) {
   MemorySpec spec = model.memory_spec();
   if (kv_dtype) spec.kv_dtype = *kv_dtype;
   kv_groups_ = kv_cache_groups_of(spec);

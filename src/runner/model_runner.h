@@ -86,7 +86,8 @@ class ModelRunner {
   }
   int num_state_slots_in_use() const { return state_slots_ ? state_slots_->num_in_use() : 0; }
 
-  // Decode graphs are on by default where the backend has them; PAGELLM_CUDA_GRAPHS=0 turns them off.
+  // Decode graphs are on where the backend has them and its KernelOptions::graphs is set (the default;
+  // --enforce-eager or PAGELLM_CUDA_GRAPHS=0 clears it).
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   bool graphs_enabled() const { return graphs_enabled_; }
   // Captures the decode graph of every batch bucket up to max_num_seqs and every block-table width

@@ -14,12 +14,11 @@ namespace {
 
 const fs::path kFixtures = golden_fixture_root("qwen3");
 
-// graphs: PAGELLM_CUDA_GRAPHS is read when the engine's runner is made.
-std::unique_ptr<LLM> make_cuda_llm(const fs::path& model_dir, const EngineConfig& config, bool graphs) {
-  if (!graphs) setenv("PAGELLM_CUDA_GRAPHS", "0", 1);
-  auto llm = make_test_llm(model_dir, config, "cuda");
-  unsetenv("PAGELLM_CUDA_GRAPHS");
-  return llm;
+// graphs: false runs every step eagerly (--enforce-eager).
+std::unique_ptr<LLM> make_cuda_llm(const fs::path& model_dir, const EngineConfig& config_in, bool graphs) {
+  EngineConfig config = config_in;
+  config.kernel_options.graphs = graphs;
+  return make_test_llm(model_dir, config, "cuda");
 }
 
 TEST(EngineCuda, GoldenGreedyAloneAndBatchedWithAndWithoutGraphs) {

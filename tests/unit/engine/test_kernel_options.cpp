@@ -2,6 +2,7 @@
 // backends, which then choose their kernels from the fields alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -42,7 +43,7 @@ class ScopedSwitches {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-const char* const kAll[] = {"PAGELLM_CUDA_GEMV",           "PAGELLM_CUDA_QUANT_GEMV",
+const char* const kAll[] = {"PAGELLM_CUDA_GRAPHS",         "PAGELLM_CUDA_GEMV",           "PAGELLM_CUDA_QUANT_GEMV",
                             "PAGELLM_CUDA_FP8_W8A8",       "PAGELLM_CUDA_DECODE_ATTENTION",
                             "PAGELLM_CUDA_PREFILL_ATTENTION", "PAGELLM_CUDA_DECODE_PARTITION_UNITS",
                             "PAGELLM_CUDA_GDN_CHUNKED",    "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS"};
@@ -52,6 +53,7 @@ TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
   for (const char* name : kAll) none.push_back({name, ""});  // set but empty: not a switch value
   const ScopedSwitches empty(none);
   const KernelOptions options = KernelOptions::from_environment();
+  EXPECT_TRUE(options.graphs);
   EXPECT_TRUE(options.gemv);
   EXPECT_TRUE(options.quant_gemv);
   EXPECT_TRUE(options.fp8_w8a8);
@@ -63,7 +65,8 @@ TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
 }
 
 TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
-  const ScopedSwitches switches{{"PAGELLM_CUDA_GEMV", "0"},
+  const ScopedSwitches switches{{"PAGELLM_CUDA_GRAPHS", "0"},
+                                 {"PAGELLM_CUDA_GEMV", "0"},
                                  {"PAGELLM_CUDA_QUANT_GEMV", "0"},
                                  {"PAGELLM_CUDA_FP8_W8A8", "0"},
                                  {"PAGELLM_CUDA_DECODE_ATTENTION", "0"},
@@ -73,6 +76,7 @@ TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
                                  {"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "7"}};
   const EngineConfig config;  // reads them when made
   const KernelOptions& options = config.kernel_options;
+  EXPECT_FALSE(options.graphs);
   EXPECT_FALSE(options.gemv);
   EXPECT_FALSE(options.quant_gemv);
   EXPECT_FALSE(options.fp8_w8a8);
@@ -93,6 +97,22 @@ TEST(KernelOptions, OtherValuesLeaveTheDefaults) {
   EXPECT_EQ(options.gdn_chunked_min_tokens, 0);
   const ScopedSwitches words{{"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "12x"}};
   EXPECT_EQ(KernelOptions::from_environment().gdn_chunked_min_tokens, 0);
+}
+
+// vLLM's --enforce-eager turns the decode graphs off on the command line of generate, serve and bench.
+TEST(KernelOptions, EnforceEagerTurnsGraphsOff) {
+  const ScopedSwitches graphs_on{{"PAGELLM_CUDA_GRAPHS", "1"}};
+  for (const bool eager : {false, true}) {
+    EngineConfig config;
+    CLI::App app;
+    add_engine_options(app, config);
+    std::vector<std::string> args = {"--device", "cpu"};
+    if (eager) args.push_back("--enforce-eager");
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
+    EXPECT_EQ(config.kernel_options.graphs, !eager);
+    EXPECT_TRUE(config.kernel_options.gemv);  // the flag touches the graphs alone
+  }
 }
 
 // The CPU backend has one kernel per op: it keeps no options, and setting them changes nothing.
