@@ -32,7 +32,7 @@ int alignment_bytes(const void* ptr, int64_t ld, DType dtype) {
 
 }  // namespace
 
-CublasLtMatmul::CublasLtMatmul(cudaStream_t stream) : stream_(stream) {
+CublasLtMatmul::CublasLtMatmul(cudaStream_t stream, int num_sms) : stream_(stream), num_sms_(num_sms) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   gemv_supported_ = gemv_device_supported(device);
@@ -102,9 +102,9 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& key) {
 }
 
 void CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
-                         int64_t ld_w, int64_t m, int64_t n, int64_t k) {
-  if (gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k) && gemv_enabled_) {
-    CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, stream_));
+                         int64_t ld_w, int64_t m, int64_t n, int64_t k, bool use_gemv) {
+  if (use_gemv && gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k)) {
+    CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, num_sms_, stream_));
     return;
   }
   const Key key{static_cast<int>(dtype), m, n, k, ld_out, ld_x, ld_w, alignment_bytes(out, ld_out, dtype),

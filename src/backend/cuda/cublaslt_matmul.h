@@ -3,7 +3,7 @@
 // Decode-sized bf16/f16 products (M <= 8, gemv.h's gemv_applies: k, ld_x multiples of 8, x and w
 // 16-byte aligned) go to the GEMV of gemv.cu, which streams w at close to HBM bandwidth where
 // cuBLASLt's tiles reach ~30% of it, and keeps rows batch invariant for M <= 8. Everything else, f32
-// always (its fixtures want true f32 sums), goes to cuBLASLt. set_gemv_enabled(false) (KernelOptions::gemv,
+// always (its fixtures want true f32 sums), goes to cuBLASLt. run(..., use_gemv = false) (KernelOptions::gemv,
 // PAGELLM_CUDA_GEMV=0 for an engine) sends everything to cuBLASLt, so tests and benchmarks can compare
 // the two paths (a captured CUDA graph keeps the path it was captured with).
 //
@@ -28,16 +28,16 @@ namespace pagellm::cuda {
 
 class CublasLtMatmul {
  public:
-  explicit CublasLtMatmul(cudaStream_t stream);
+  // num_sms: the device's multiprocessors (the GEMV's launch geometry).
+  CublasLtMatmul(cudaStream_t stream, int num_sms);
   ~CublasLtMatmul();
   CublasLtMatmul(const CublasLtMatmul&) = delete;
   CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
 
   // All three operands have `dtype` (f32, bf16 or f16); strides in elements. Launches on the stream.
+  // use_gemv false: every product on cuBLASLt, decode-sized ones too (KernelOptions::gemv).
   void run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w, int64_t ld_w,
-           int64_t m, int64_t n, int64_t k);
-  // false: every product on cuBLASLt, the GEMV too (KernelOptions::gemv).
-  void set_gemv_enabled(bool enabled) { gemv_enabled_ = enabled; }
+           int64_t m, int64_t n, int64_t k, bool use_gemv);
 
  private:
   // (dtype, m, n, k, ld_out, ld_x, ld_w, alignment of out, x, w in bytes)
@@ -50,8 +50,8 @@ class CublasLtMatmul {
   Plan make_plan(const Key& key);
 
   cudaStream_t stream_;
+  int num_sms_;
   bool gemv_supported_ = false;  // the device runs gemv.cu's mma.sync (compute capability 8.0+)
-  bool gemv_enabled_ = true;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

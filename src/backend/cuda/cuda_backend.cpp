@@ -134,7 +134,7 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, std::shared_ptr<CUstream_st> stream, int num_sms)
       : device_(device), stream_(std::move(stream)), num_sms_(num_sms),
-        matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get())),
+        matmul_(std::make_unique<cuda::CublasLtMatmul>(stream_.get(), num_sms)),
         quant_gemv_supported_(cuda::quant_gemv_device_supported(device)),
         int4_gemm_supported_(cuda::int4_gemm_device_supported(device)),
         fp8_block_scaling_supported_(compute_capability_major(device) == 9) {}
@@ -150,10 +150,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
   void make_current() override { CUDA_CHECK(cudaSetDevice(device_)); }
   int device_index() const override { return device_; }
-  void set_kernel_options(const KernelOptions& options) override {
-    kernel_options_ = options;
-    matmul_->set_gemv_enabled(options.gemv);
-  }
+  void set_kernel_options(const KernelOptions& options) override { kernel_options_ = options; }
   KernelOptions kernel_options() const override { return kernel_options_; }
   CudaPlacement placement() const { return {device_, stream_.get()}; }
   Tensor alloc_host(Shape shape, DType dtype) override;
@@ -490,7 +487,7 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
   CHECK_MSG(w.is_contiguous() && (x.strides[1] == 1 || k == 1) && (out.strides[1] == 1 || n == 1),
             "[cuda] matmul wants contiguous w and unit column strides");
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
-  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k);
+  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k, kernel_options_.gemv);
 }
 
 namespace {
@@ -558,7 +555,7 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
   void* dense = grow_only(dequant_workspace_, dequant_workspace_captures_,
                           static_cast<size_t>(n * k) * dtype_size_bytes(x.dtype), op, "dequantization");
   CUDA_CHECK(cuda::launch_dequantize(x.dtype, dense, w, stream()));
-  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, dense, k, m, n, k);
+  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, dense, k, m, n, k, kernel_options_.gemv);
 }
 
 // W8A8: x quantized per token and 128-group into FP8 (fp8_group_quant.cu), then the FP8 tensor-core

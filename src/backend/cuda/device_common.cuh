@@ -84,16 +84,6 @@ inline int64_t smem_optin_limit() {
   return limit;
 }
 
-// The current device's multiprocessor count (132 on H100/H200 SXM), read once per process.
-inline int64_t multiprocessor_count() {
-  static const int64_t count = [] {
-    int device = 0, sms = 1;
-    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return static_cast<int64_t>(sms);
-  }();
-  return count;
-}
-
 // The keys a query row at absolute position `pos` sees in a sequence of `context_len` keys: the
 // visibility rule of backend/cpu/attention.h (causal, sliding window), shared by the attention kernels.
 struct KeyRange {

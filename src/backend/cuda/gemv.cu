@@ -98,10 +98,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 }
 
 // Warps per tile for a product of num_tiles tiles of `steps` steps each (see the header comment).
-int64_t warps_per_tile(int64_t num_tiles, int64_t steps) {
+int64_t warps_per_tile(int64_t num_tiles, int64_t steps, int num_sms) {
   int64_t most = (steps + kUnroll - 1) / kUnroll;
   most = most < 1 ? 1 : (most > kMaxWarps ? kMaxWarps : most);
-  const int64_t one_wave = multiprocessor_count() * kResidentWarps / num_tiles;
+  const int64_t one_wave = int64_t{num_sms} * kResidentWarps / num_tiles;
   // Past ~8 rounds a warp, a range's own latency chain costs more than the second wave (K = 12288).
   const bool few_tiles = one_wave >= 4 && one_wave < most && steps <= 8 * kUnroll * one_wave;
   return few_tiles ? one_wave : most;
@@ -115,13 +115,13 @@ bool gemv_device_supported(int device) {
 }
 
 cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
-                        int64_t ld_w, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+                        int64_t ld_w, int64_t m, int64_t n, int64_t k, int num_sms, cudaStream_t stream) {
   if (!gemv_applies(dtype, x, ld_x, w, ld_w, m, k) || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const int64_t num_tiles = (n + kTileRows - 1) / kTileRows;
   if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (k + kStepK - 1) / kStepK;
-  const int64_t warps = warps_per_tile(num_tiles, steps);
+  const int64_t warps = warps_per_tile(num_tiles, steps, num_sms);
   const int64_t steps_per_warp = (steps + warps - 1) / warps;
   const dim3 grid(static_cast<unsigned>(num_tiles)), block(static_cast<unsigned>(warps * 32));
   const int rows = static_cast<int>(m);

@@ -1,5 +1,6 @@
 // KernelOptions: the PAGELLM_CUDA_* switches an engine reads once (EngineConfig) and hands to its
 // backends, which then choose their kernels from the fields alone.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,20 +49,22 @@ const char* const kAll[] = {"PAGELLM_CUDA_GRAPHS",         "PAGELLM_CUDA_GEMV", 
                             "PAGELLM_CUDA_PREFILL_ATTENTION", "PAGELLM_CUDA_DECODE_PARTITION_UNITS",
                             "PAGELLM_CUDA_GDN_CHUNKED",    "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS"};
 
+// Every field as "name=value", in declaration order: one comparison names each field that differs.
+std::string fields(const KernelOptions& o) {
+  return fmt::format(
+      "graphs={} gemv={} quant_gemv={} fp8_w8a8={} decode_attention={} prefill_attention={} "
+      "decode_partition_units={} gdn_chunked={} gdn_chunked_min_tokens={}",
+      o.graphs, o.gemv, o.quant_gemv, o.fp8_w8a8, o.decode_attention, o.prefill_attention, o.decode_partition_units,
+      o.gdn_chunked, o.gdn_chunked_min_tokens);
+}
+
 TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
   std::vector<std::pair<const char*, const char*>> none;
   for (const char* name : kAll) none.push_back({name, ""});  // set but empty: not a switch value
   const ScopedSwitches empty(none);
-  const KernelOptions options = KernelOptions::from_environment();
-  EXPECT_TRUE(options.graphs);
-  EXPECT_TRUE(options.gemv);
-  EXPECT_TRUE(options.quant_gemv);
-  EXPECT_TRUE(options.fp8_w8a8);
-  EXPECT_TRUE(options.decode_attention);
-  EXPECT_TRUE(options.prefill_attention);
-  EXPECT_FALSE(options.decode_partition_units);
-  EXPECT_TRUE(options.gdn_chunked);
-  EXPECT_EQ(options.gdn_chunked_min_tokens, 0);
+  EXPECT_EQ(fields(KernelOptions::from_environment()),
+            "graphs=true gemv=true quant_gemv=true fp8_w8a8=true decode_attention=true prefill_attention=true "
+            "decode_partition_units=false gdn_chunked=true gdn_chunked_min_tokens=0");
 }
 
 TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
@@ -75,16 +78,9 @@ TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
                                  {"PAGELLM_CUDA_GDN_CHUNKED", "0"},
                                  {"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "7"}};
   const EngineConfig config;  // reads them when made
-  const KernelOptions& options = config.kernel_options;
-  EXPECT_FALSE(options.graphs);
-  EXPECT_FALSE(options.gemv);
-  EXPECT_FALSE(options.quant_gemv);
-  EXPECT_FALSE(options.fp8_w8a8);
-  EXPECT_FALSE(options.decode_attention);
-  EXPECT_FALSE(options.prefill_attention);
-  EXPECT_TRUE(options.decode_partition_units);
-  EXPECT_FALSE(options.gdn_chunked);
-  EXPECT_EQ(options.gdn_chunked_min_tokens, 7);
+  EXPECT_EQ(fields(config.kernel_options),
+            "graphs=false gemv=false quant_gemv=false fp8_w8a8=false decode_attention=false prefill_attention=false "
+            "decode_partition_units=true gdn_chunked=false gdn_chunked_min_tokens=7");
 }
 
 TEST(KernelOptions, OtherValuesLeaveTheDefaults) {
