@@ -1,8 +1,9 @@
 // KernelOptions: which kernel a backend runs for an op where it has more than one (the CUDA backend
 // today), and whether its decode steps replay CUDA graphs. The defaults are the fast paths; the
-// alternatives stay for A/B measurements and for tests that compare the paths. Dispatch reads these fields, never the environment: EngineConfig reads
-// the PAGELLM_CUDA_* switches once (from_environment) and the engine hands them to every backend it
-// makes; tests set them on their backend.
+// alternatives stay for A/B measurements and for tests that compare the paths. Dispatch reads these
+// fields, never the environment: EngineConfig reads the PAGELLM_CUDA_* switches once
+// (from_environment) and the engine hands them to every backend it makes; tests set them on their
+// backend.
 #pragma once
 
 #include <cstdint>
