@@ -542,7 +542,7 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
             op);
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
   if (quant_gemv_supported_ && kernel_options_.quant_gemv && cuda::quant_gemv_lane_bytes(x.dtype, w, x.data, ld_x, m) > 0) {
-    CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, stream()));
+    CUDA_CHECK(cuda::launch_quant_gemv(x.dtype, out.data, ld_out, x.data, ld_x, w, m, num_sms_, stream()));
     return;
   }
   if (int4_gemm_supported_ && kernel_options_.quant_gemv &&

@@ -33,7 +33,8 @@
 // ceiling). Warps per tile: up to 16 with at most kUnroll steps a round; but where the tiles are few
 // (<= a quarter of the resident warps), exactly one wave of warps, each with a longer range of at
 // most 8 rounds, so that no second partial wave pays the ramp and the tail again (o [4096, 4096]:
-// 10.7 -> 10.6 us, halved-8B q|k|v [3072, 4096]: 9.3 -> 8.5 us).
+// 10.7 -> 10.6 us, halved-8B q|k|v [3072, 4096]: 9.3 -> 8.5 us). One wave counts whole blocks: 384
+// tiles on 132 SMs are 3 blocks an SM, so 10 warps a block (11 left only 2 blocks resident an SM).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/mma_16816.cuh"
@@ -43,8 +44,8 @@ namespace {
 
 constexpr int kTileRows = 8;   // columns n of out per block: the mma's N
 constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
-constexpr int kUnroll = 4;     // steps whose loads a warp has in flight at once
-constexpr int kMaxWarps = 16;  // split-K warps per block
+constexpr int kUnroll = 4;               // steps whose loads a warp has in flight at once
+constexpr int kMaxWarps = kGemvMaxWarps;  // split-K warps per block
 constexpr int kResidentWarps = 32;  // per SM at <= 64 registers a thread
 
 // One block per tile of 8 columns n; blockDim.x / 32 warps split K into ranges of steps_per_warp steps.
@@ -97,17 +98,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-// Warps per tile for a product of num_tiles tiles of `steps` steps each (see the header comment).
-int64_t warps_per_tile(int64_t num_tiles, int64_t steps, int num_sms) {
-  int64_t most = (steps + kUnroll - 1) / kUnroll;
+}  // namespace
+
+int64_t gemv_warps_per_tile(int64_t num_tiles, int64_t steps, int steps_per_round, int num_sms) {
+  int64_t most = (steps + steps_per_round - 1) / steps_per_round;
   most = most < 1 ? 1 : (most > kMaxWarps ? kMaxWarps : most);
-  const int64_t one_wave = int64_t{num_sms} * kResidentWarps / num_tiles;
+  // The most warps a block may have for all blocks to be resident at once (whole blocks fill an SM).
+  const int64_t blocks_per_sm = (num_tiles + num_sms - 1) / num_sms;
+  const int64_t one_wave = kResidentWarps / blocks_per_sm;
   // Past ~8 rounds a warp, a range's own latency chain costs more than the second wave (K = 12288).
-  const bool few_tiles = one_wave >= 4 && one_wave < most && steps <= 8 * kUnroll * one_wave;
+  const bool few_tiles = one_wave >= 4 && one_wave < most && steps <= 8 * steps_per_round * one_wave;
   return few_tiles ? one_wave : most;
 }
-
-}  // namespace
 
 bool gemv_device_supported(int device) {
   int major = 0;
@@ -121,7 +123,7 @@ cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, i
   const int64_t num_tiles = (n + kTileRows - 1) / kTileRows;
   if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (k + kStepK - 1) / kStepK;
-  const int64_t warps = warps_per_tile(num_tiles, steps, num_sms);
+  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll, num_sms);
   const int64_t steps_per_warp = (steps + warps - 1) / warps;
   const dim3 grid(static_cast<unsigned>(num_tiles)), block(static_cast<unsigned>(warps * 32));
   const int rows = static_cast<int>(m);

@@ -19,6 +19,16 @@ namespace pagellm::cuda {
 
 inline constexpr int64_t kGemvMaxRows = 8;  // the largest M the GEMV takes (the mma's N dimension)
 
+// The launch geometry gemv.cu measured, shared with the quantized GEMV (quant_gemv.cu): blocks of at
+// most kGemvMaxWarps warps at <= 64 registers a thread (two blocks an SM), each warp with a round of
+// 64 bytes of loads a lane in flight.
+inline constexpr int kGemvMaxWarps = 16;
+
+// Warps per tile of output columns for a product of num_tiles tiles of `steps` steps each, a warp
+// issuing the loads of steps_per_round steps at once: from (N, K, device) only, never from M (batch
+// invariance). gemv.cu's header says how it was chosen.
+int64_t gemv_warps_per_tile(int64_t num_tiles, int64_t steps, int steps_per_round, int num_sms);
+
 // Whether launch_gemv takes this product: bf16/f16, 1 <= m <= 8, and x and w read as 16-byte pieces
 // (8 elements): k, ld_x, ld_w multiples of 8 and x, w 16-byte aligned. out has no constraint (it is
 // written one element at a time). Strides in elements.

@@ -1,10 +1,16 @@
 // The decode-sized product with quantized weights (quant_gemv.h): out[M, N] = x[M, K] . W^T, M <= 8,
 // x and out bf16/f16, W block-scaled FP8 (1 byte a weight) or group-quantized INT4 (half a byte).
 //
-// At decode the product is a stream of W through the SMs, so the kernel reads W once, in 16-byte
-// pieces per lane, and dequantizes in registers; the arithmetic is gemv.cu's (read that first): one
-// mma.sync.m16n8k16 multiplies 8 rows of W by all 8 rows of x over 16 k, so the cost per byte of W
-// is the same for every M <= 8 and the SM's issue slots go to conversions and loads, not FMAs.
+// At decode the product is a stream of W through the SMs, so the kernel reads W once, in pieces of
+// up to 16 bytes per lane, and dequantizes in registers; products run on the tensor cores as in
+// gemv.cu (read that first), but with W as the mma's A operand: one mma.sync.m16n8k16 multiplies
+// 16 rows of W by all 8 rows of x (B, x^T) over 16 k. Every register of A then carries weights (as
+// the operand B of gemv.cu's mapping, half of A would be zero rows), so per weight there is half the
+// mma, half the x loads and permutes, and no zero registers to rebuild. What is left per weight is
+// its conversion, and the SM's issue slots are the limit: an earlier kernel with W as B, a 64-bit
+// division per step and x addresses recomputed per load issued ~120 instructions per 512 bytes of W
+// and streamed FP8 at 1.6-1.9 TB/s (as did the cp.async ring before it) where the bf16 GEMV streams
+// 2.5-2.9 TB/s.
 //
 // Exact conversions, scales on the accumulators: the mma multiplies x by the *unscaled* quantized
 // values, which T (bf16/f16) holds exactly, and each step's f32 sums are multiplied by the step's
@@ -17,26 +23,26 @@
 // of it (quant_gemv_lane_bytes). The result differs from the CPU's (dequantize in f32, then multiply)
 // only in the order of the f32 sums: within the bf16 tolerance of the tests.
 //
-// Mapping (per warp, one "step" = 8 rows of W x 4 * kElems k), lane = 4 g + t:
-//   the lane takes kLaneBytes of W row n0 + g (kElems weights starting at k0 + kElems t) and the
-//   same kElems elements of x row g (zeros when g >= M), and turns both into kElems / 2 registers of
-//   two T each, "pairs" p, with x and W in the same order; mma r takes pairs 2r and 2r + 1 as its
-//   A/B fragments (gemv.cu: any bijection between a lane's elements and the mma's logical k works if
-//   A and B share it). fp8 pairs of word u are (4u, 4u + 2) and (4u + 1, 4u + 3); int4 pairs of word
-//   u are (8u + p, 8u + p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs
-//   are permuted to match with one byte_perm each.
-//   C lane (g, t) holds out[g, n0 + 2t] and out[g, n0 + 2t + 1]: the scales of those two columns.
+// Mapping (per warp, one "step" = 16 rows of W x 4 * kElems k), lane = 4 g + t:
+//   the lane takes kLaneBytes of W rows n0 + g and n0 + g + 8 (kElems weights each, starting at
+//   k0 + kElems t) and the same kElems elements of x row g (zeros when g >= M). Per 16-byte piece of
+//   x (8 elements) it forms 4 registers of two T each, "pairs", for x and for each of its two W rows,
+//   all in the same order, and runs two mma: A = (row g pair p, row g + 8 pair p, row g pair p + 1,
+//   row g + 8 pair p + 1), B = (x pair p, x pair p + 1). The mma wants logical k {2t, 2t + 1} in a0/a1/b0
+//   and {2t + 8, 2t + 9} in a2/a3/b1; any bijection between a lane's elements and those logical k
+//   works if A and B share it (gemv.cu). fp8 pairs of a word are (0, 2) and (1, 3); int4 pairs of a
+//   word are (p, p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs are
+//   permuted to match with one byte_perm each.
+//   C lane (g, t) holds out[2t, n0 + g], out[2t + 1, n0 + g], out[2t, n0 + g + 8], out[2t + 1, n0 + g + 8]:
+//   the scales of rows g and g + 8.
 //
-// Memory: each warp keeps kStages - 1 steps of W and of x in flight in a cp.async ring in shared
-// memory (no registers held while the loads fly; a lane reads back only the bytes it copied, so its
-// own wait_group is the only synchronization), and the block stages the scales and zero points of
-// its rows once while the ring fills. Split K and batch invariance as gemv.cu: a block owns kTiles
-// tiles of 8 rows of W, warps take contiguous ranges of steps (their number depends on N and K only),
-// partial sums added in warp order.
-#include <atomic>
+// Split K and batch invariance as gemv.cu: a block owns one tile of 16 rows of W, its warps take
+// contiguous ranges of steps (their number depends on N, K and the device only), partial sums are
+// added in warp order. Column m of C depends only on row m of x.
 #include <cstdint>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/mma_16816.cuh"
 #include "backend/cuda/quant_gemv.h"
 #include "backend/cuda/quant_pairs.cuh"
@@ -44,237 +50,160 @@
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kTileRows = 8;  // rows of W (columns of out) per tile: the mma's N
-// The geometry, measured on an H100 (docs/PERFORMANCE.md, PrintsGemvBandwidth): blocks of kTiles
-// tiles, kStages steps per warp's ring, and enough split-K warps per block (kMaxWarps at most) that
-// the grid has about kTargetWarps warps, so every SM is busy even for a small W. Summed over Qwen3-8B's
-// four shapes at M = 1 and 8, 6 stages, 4 tiles, or 4 warps of 8 stages took 3-6% longer for fp8;
-// for int4 4 tiles took 11% less (up to 20% at M = 8), not taken as the tests ran 2 tiles.
-constexpr int kTiles = 2, kStages = 4, kMaxWarps = 8, kTargetWarps = 2048;
-constexpr int64_t kMaxSmemBytes = 160 * 1024;  // dynamic shared memory of a block (A100: 163 KiB, H100: 227)
+constexpr int kTileRows = 16;  // rows of W (columns of out) per block: the mma's M
+constexpr int kXRows = 8;      // rows of x: the mma's N
+constexpr int kMaxWarps = kGemvMaxWarps;
+constexpr int kRoundBytes = 64;  // bytes of W a lane has in flight (gemv.cu's measured round)
 
 template <QuantFormat F>
 constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
 
-// One lane's piece of one step as pairs (kElems / 2 registers each of x and W, the same order).
-template <typename T, QuantFormat F, int kLaneBytes>
-struct Piece {
-  static constexpr int kElems = kLaneBytes * kElemsPerByte<F>;
-  static constexpr int kWords = kLaneBytes / 4;
-  static constexpr int kPairs = kElems / 2;
-  uint32_t x[kPairs];
-  uint32_t w[kPairs];
+// Steps a warp loads at once: two rows of kLaneBytes each per step; at most 4 (4-byte int4 pieces:
+// 8 steps of pieces, scales and zero points spilled past 64 registers).
+template <int kLaneBytes>
+constexpr int kUnroll = kRoundBytes / (2 * kLaneBytes) < 4 ? kRoundBytes / (2 * kLaneBytes) : 4;
 
-  // v: kElems elements of x as loaded (zeros outside the product).
-  __device__ __forceinline__ void set_x(const uint4 (&v)[kElems / 8]) {
-#pragma unroll
-    for (int j = 0; j < kElems / 8; ++j) {
-      if constexpr (F == QuantFormat::kFp8Block) {  // per 4 elements, pairs (0, 2) and (1, 3)
-        x[4 * j] = __byte_perm(v[j].x, v[j].y, 0x5410);
-        x[4 * j + 1] = __byte_perm(v[j].x, v[j].y, 0x7632);
-        x[4 * j + 2] = __byte_perm(v[j].z, v[j].w, 0x5410);
-        x[4 * j + 3] = __byte_perm(v[j].z, v[j].w, 0x7632);
-      } else {  // pairs (8j + p, 8j + p + 4): low halves of (v.x, v.z), high halves, then (v.y, v.w)
-        x[4 * j] = __byte_perm(v[j].x, v[j].z, 0x5410);
-        x[4 * j + 1] = __byte_perm(v[j].x, v[j].z, 0x7632);
-        x[4 * j + 2] = __byte_perm(v[j].y, v[j].w, 0x5410);
-        x[4 * j + 3] = __byte_perm(v[j].y, v[j].w, 0x7632);
-      }
-    }
-  }
-
-  // raw: the piece's bytes as loaded; zero: the int4 zero point of this row and step (0..15).
-  __device__ __forceinline__ void convert_w(const uint32_t (&raw)[kWords], uint32_t zero) {
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) {
-      if constexpr (F == QuantFormat::kFp8Block) {
-        e4m3x4_to_pairs<T>(raw[j], w[2 * j], w[2 * j + 1]);
-      } else {
-        int4x8_to_pairs<T>(raw[j], zero, &w[4 * j]);
-      }
-    }
-  }
-};
-
-// Split-K warps per block for a grid of `blocks` blocks and a K of `steps` steps: from N and K only, so
-// a row's result does not depend on M.
-inline int64_t split_warps(int64_t blocks, int64_t steps) {
-  int64_t warps = (kTargetWarps + blocks - 1) / blocks;
-  warps = warps > kMaxWarps ? kMaxWarps : warps;
-  warps = warps > steps ? steps : warps;
-  return warps < 1 ? 1 : warps;
-}
-
-// kBytes of this lane's own ring slot (written by its own cp.async: no other lane's data is read, so
-// the wait_group of the lane is all the synchronization a slot needs).
+// One lane's piece of W for one step, as loaded: kBytes / 4 words, read once, past L1.
 template <int kBytes>
-__device__ __forceinline__ void load_slot(const uint8_t* p, uint32_t (&r)[kBytes / 4]) {
+struct Words {
+  uint32_t v[kBytes / 4];
+};
+template <int kBytes>
+__device__ __forceinline__ Words<kBytes> load_words(const uint8_t* p) {
+  Words<kBytes> r;
   if constexpr (kBytes == 16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+    const uint4 q = load_streaming(p);
+    r.v[0] = q.x, r.v[1] = q.y, r.v[2] = q.z, r.v[3] = q.w;
   } else if constexpr (kBytes == 8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    r[0] = v.x, r[1] = v.y;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.v[0]), "=r"(r.v[1]) : "l"(p));
   } else {
-    r[0] = *reinterpret_cast<const uint32_t*>(p);
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r.v[0]) : "l"(p));
+  }
+  return r;
+}
+
+// The pairs of 8 elements of x (one 16-byte piece), in the order F's conversion leaves W's pairs.
+template <QuantFormat F>
+__device__ __forceinline__ void x_pairs(const uint4& v, uint32_t (&p)[4]) {
+  if constexpr (F == QuantFormat::kFp8Block) {  // per 4 elements, pairs (0, 2) and (1, 3)
+    p[0] = __byte_perm(v.x, v.y, 0x5410);
+    p[1] = __byte_perm(v.x, v.y, 0x7632);
+    p[2] = __byte_perm(v.z, v.w, 0x5410);
+    p[3] = __byte_perm(v.z, v.w, 0x7632);
+  } else {  // pairs (p, p + 4): low halves of (v.x, v.z), high halves, then (v.y, v.w)
+    p[0] = __byte_perm(v.x, v.z, 0x5410);
+    p[1] = __byte_perm(v.x, v.z, 0x7632);
+    p[2] = __byte_perm(v.y, v.w, 0x5410);
+    p[3] = __byte_perm(v.y, v.w, 0x7632);
   }
 }
 
-// Byte offsets of one block's dynamic shared memory: the ring [warps][stages][slot] (a slot: W
-// [tiles][32 lanes][lane_bytes], then x [m rows x 4 lanes][lane's elements] of 16-bit T), the block's
-// scales [8 tiles columns][k_blocks] f32, its zero points [8 tiles rows][k_blocks] u8 (int4), the
-// warps' partial sums [warps][8][8 tiles] f32.
-struct GemvSmem {
-  int64_t slot = 0, x_in_slot = 0, scales = 0, zeros = 0, partial = 0, total = 0;
-};
-__host__ __device__ __forceinline__ GemvSmem gemv_smem(int lane_bytes, int warps, int64_t k_blocks, bool int4,
-                                                       int m) {
-  constexpr int64_t block_rows = kTileRows * kTiles;
-  auto align16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
-  GemvSmem s;
-  s.x_in_slot = int64_t{kTiles} * 32 * lane_bytes;
-  s.slot = s.x_in_slot + static_cast<int64_t>(m) * 4 * lane_bytes * (int4 ? 2 : 1) * 2;
-  s.scales = static_cast<int64_t>(warps) * kStages * s.slot;
-  s.zeros = s.scales + align16(block_rows * k_blocks * 4);
-  s.partial = s.zeros + (int4 ? align16(block_rows * k_blocks) : 0);
-  s.total = s.partial + static_cast<int64_t>(warps) * kTileRows * block_rows * 4;
-  return s;
+// The pairs of W's 8 elements that meet x's piece q: fp8 words 2q and 2q + 1, int4 word q (minus the
+// zero point, 0..15).
+template <typename T, QuantFormat F, int kBytes>
+__device__ __forceinline__ void w_pairs(const Words<kBytes>& w, int q, uint32_t zero, uint32_t (&p)[4]) {
+  if constexpr (F == QuantFormat::kFp8Block) {
+    e4m3x4_to_pairs<T>(w.v[2 * q], p[0], p[1]);
+    e4m3x4_to_pairs<T>(w.v[2 * q + 1], p[2], p[3]);
+  } else {
+    int4x8_to_pairs<T>(w.v[q], zero, p);
+  }
 }
 
-// A block owns kTiles tiles of 8 rows of W (every k); its warps split K into contiguous ranges of
-// steps_per_warp steps, each with kStages - 1 steps of W and x in flight in its ring.
+// One block per tile of 16 rows of W; blockDim.x / 32 warps split K into ranges of steps_per_warp
+// steps. A step's scale block is step >> block_shift (block_k / step_k is a power of two: no
+// division in the loop). K < 2^31.
 template <typename T, QuantFormat F, int kLaneBytes>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
-                      int m, int64_t steps_per_warp) {
-  using P = Piece<T, F, kLaneBytes>;
-  constexpr int kElems = P::kElems;
-  constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x a lane loads per step
-  constexpr int64_t kStepK = 4 * kElems;
-  constexpr int kBlockRows = kTileRows * kTiles;
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int warps = static_cast<int>(blockDim.x) / 32;
+                      int m, int steps_per_warp, int block_shift) {
+  constexpr int kElems = kLaneBytes * kElemsPerByte<F>;
+  constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x per lane and step
+  constexpr int kStepK = 4 * kElems;
+  constexpr int kSteps = kUnroll<kLaneBytes>;
+  __shared__ float partial[kMaxWarps][kXRows][kTileRows];  // [warp][m][n - n0]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int k = static_cast<int>(wq.k);
   const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
-  const GemvSmem layout = gemv_smem(kLaneBytes, warps, k_blocks, F == QuantFormat::kInt4, m);
-  const int slot_bytes = static_cast<int>(layout.slot);
-  uint8_t* ring = smem + static_cast<int64_t>(warp) * kStages * slot_bytes;
-  // This lane's parts of a slot: its W pieces (tile j at + j * 32 * kLaneBytes) and its x piece.
-  const int w_in_slot = lane * kLaneBytes, x_in_slot = static_cast<int>(layout.x_in_slot) + lane * kElems * 2;
-  float* block_scales = reinterpret_cast<float*>(smem + layout.scales);  // [kBlockRows][k_blocks]
-  uint8_t* block_zeros = smem + layout.zeros;                            // [kBlockRows][k_blocks]
-  float* partial = reinterpret_cast<float*>(smem + layout.partial);      // [warps][8][kBlockRows]
-
   const int64_t row_bytes = wq.k / kElemsPerByte<F>;
-  const int64_t total_steps = (wq.k + kStepK - 1) / kStepK;
-  const int64_t first_step = warp * steps_per_warp;
-  const int64_t left = total_steps - first_step;
-  const int64_t my_steps = left < 0 ? 0 : (left < steps_per_warp ? left : steps_per_warp);  // warp-uniform
-  const uint8_t* w_lane[kTiles];  // this lane's W row n0 + 8 j + g, null past N
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int64_t row = n0 + kTileRows * j + g;
-    w_lane[j] = row < wq.n ? static_cast<const uint8_t*>(wq.data) + row * row_bytes + t * kLaneBytes : nullptr;
-  }
-  // x rows past M are zeros (W's converted zeros are (0 - zero) outside the product, x = 0 cancels them).
+  // This lane's two W rows (null past N: the last tile of an N that is not a multiple of 16).
+  const bool ok_a = n0 + g < wq.n, ok_b = n0 + g + 8 < wq.n;
+  const uint8_t* w_a = static_cast<const uint8_t*>(wq.data) + (n0 + g) * row_bytes + t * kLaneBytes;
+  const uint8_t* w_b = w_a + 8 * row_bytes;
   const bool x_row_ok = g < m;
   const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
-  // Step i of the warp (W, and x of rows < M) into ring slot i % kStages: one commit group per step
-  // (empty past the range, so the wait below always counts kStages - 1 newer groups).
-  auto issue = [&](int64_t i) {
-    if (i < my_steps) {
-      const int64_t k0 = (first_step + i) * kStepK;
-      const bool piece_ok = k0 + kElems * t < wq.k;  // k % kElems == 0: a piece is all in or out
-      uint8_t* slot = ring + static_cast<int>(i % kStages) * slot_bytes;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const bool ok = piece_ok && w_lane[j] != nullptr;
-        cp_async<kLaneBytes>(slot + w_in_slot + j * 32 * kLaneBytes, ok ? w_lane[j] + k0 / kElemsPerByte<F> : wq.data,
-                             ok);
-      }
-      if (x_row_ok) {
-#pragma unroll
-        for (int q = 0; q < kXVecs; ++q)
-          cp_async<16>(slot + x_in_slot + 16 * q, piece_ok ? x_lane + k0 + 8 * q : x, piece_ok);
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  // Scales: fp8 one per tile and step (the launcher takes block_n % 16 == 0, so a tile lies in one
+  // block row); int4 one per W row and group, as the zero points (rows past N read row n0's).
+  const float* scales_a = wq.scales + (F == QuantFormat::kFp8Block ? n0 / wq.block_n : (ok_a ? n0 + g : n0)) * k_blocks;
+  const float* scales_b = wq.scales + (ok_b ? n0 + g + 8 : n0) * k_blocks;
+  const uint8_t* zeros_a = F == QuantFormat::kInt4 ? wq.zeros + (ok_a ? n0 + g : n0) * k_blocks : nullptr;
+  const uint8_t* zeros_b = F == QuantFormat::kInt4 ? wq.zeros + (ok_b ? n0 + g + 8 : n0) * k_blocks : nullptr;
+  const int first_step = warp * steps_per_warp;
 
-  // The block's scales (per output column: W row n0 + r) and zero points (per W row), staged once
-  // while the ring fills, each thread's loads issued together (one memory latency, where a load per
-  // step or per loop trip would put one on every step).
-  constexpr int kStageBatch = 8;
-  const int64_t stage_count = kBlockRows * k_blocks;
-  for (int64_t base = 0; base < stage_count; base += kStageBatch * static_cast<int64_t>(blockDim.x)) {
-    float scale[kStageBatch];
-    uint8_t zero[kStageBatch];
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < steps_per_warp; i += kSteps) {
+    Words<kLaneBytes> wa[kSteps], wb[kSteps];
+    float sa[kSteps], sb[kSteps];
+    uint32_t za[kSteps], zb[kSteps];
+    // All loads first: kSteps pieces of each W row per lane (and their scales) in flight before a
+    // conversion.
 #pragma unroll
-    for (int u = 0; u < kStageBatch; ++u) {
-      const int64_t i = base + u * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-      const int64_t r = i / k_blocks, b = i - r * k_blocks, row = n0 + r;
-      const bool ok = i < stage_count && row < wq.n;
-      scale[u] = ok ? __ldg(wq.scales + (row / wq.block_n) * k_blocks + b) : 0.0f;
-      zero[u] = F == QuantFormat::kInt4 && ok ? __ldg(wq.zeros + row * k_blocks + b) : 0;
+    for (int u = 0; u < kSteps; ++u) {
+      const int step = first_step + i + u, k0 = step * kStepK;
+      const bool step_ok = i + u < steps_per_warp && k0 < k;  // warp-uniform
+      const bool piece_ok = step_ok && k0 + kElems * t < k;   // k % kElems == 0: all in or out
+      const int block = step_ok ? step >> block_shift : 0;    // the step's scale block (one)
+      const int offset = k0 / kElemsPerByte<F>;
+      wa[u] = piece_ok && ok_a ? load_words<kLaneBytes>(w_a + offset) : Words<kLaneBytes>{};
+      wb[u] = piece_ok && ok_b ? load_words<kLaneBytes>(w_b + offset) : Words<kLaneBytes>{};
+      sa[u] = step_ok ? __ldg(scales_a + block) : 0.0f;
+      if constexpr (F == QuantFormat::kInt4) {
+        sb[u] = step_ok ? __ldg(scales_b + block) : 0.0f;
+        za[u] = step_ok ? __ldg(zeros_a + block) : 0u;
+        zb[u] = step_ok ? __ldg(zeros_b + block) : 0u;
+      } else {
+        sb[u] = sa[u];
+        za[u] = zb[u] = 0;
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kStageBatch; ++u) {
-      const int64_t i = base + u * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-      if (i >= stage_count) break;
-      block_scales[i] = scale[u];
-      if constexpr (F == QuantFormat::kInt4) block_zeros[i] = zero[u];
-    }
-  }
-  __syncthreads();
-
-  float c0[kTiles], c1[kTiles];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) c0[j] = c1[j] = 0.0f;
-  for (int64_t i = 0; i < my_steps; ++i) {
-    issue(i + kStages - 1);
-    cp_async_wait<kStages - 1>();  // step i's group has landed
-    const int64_t block = (first_step + i) * kStepK / wq.block_k;  // the step's scale block (one)
-    const uint8_t* slot = ring + static_cast<int>(i % kStages) * slot_bytes;
-    uint4 xv[kXVecs];
-#pragma unroll
-    for (int q = 0; q < kXVecs; ++q)
-      xv[q] = x_row_ok ? *reinterpret_cast<const uint4*>(slot + x_in_slot + 16 * q) : make_uint4(0, 0, 0, 0);
-    P piece;
-    piece.set_x(xv);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      uint32_t raw[P::kWords];
-      load_slot<kLaneBytes>(slot + w_in_slot + j * 32 * kLaneBytes, raw);
-      const uint32_t zero = F == QuantFormat::kInt4 ? block_zeros[(kTileRows * j + g) * k_blocks + block] : 0u;
-      piece.convert_w(raw, zero);
+    for (int u = 0; u < kSteps; ++u) {
+      if (i + u >= steps_per_warp) break;  // warp-uniform: every lane agrees, as mma.sync requires
+      const int k0 = (first_step + i + u) * kStepK;
+      const bool x_ok = x_row_ok && k0 + kElems * t < k;
       float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int r = 0; r < kElems / 4; ++r)
-        mma_16816<T>(sums, piece.x[2 * r], piece.x[2 * r + 1], piece.w[2 * r], piece.w[2 * r + 1]);
-      // sums[0..1]: out[g, col0], out[g, col1] of this step; sums[2..3] are A's zero rows 8..15.
-      const int col0 = kTileRows * j + 2 * t;
-      c0[j] = fmaf(sums[0], block_scales[col0 * k_blocks + block], c0[j]);
-      c1[j] = fmaf(sums[1], block_scales[(col0 + 1) * k_blocks + block], c1[j]);
+      for (int q = 0; q < kXVecs; ++q) {
+        const uint4 xv = x_ok ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0 + 8 * q)) : make_uint4(0, 0, 0, 0);
+        uint32_t xp[4], pa[4], pb[4];
+        x_pairs<F>(xv, xp);
+        w_pairs<T, F>(wa[u], q, za[u], pa);
+        w_pairs<T, F>(wb[u], q, zb[u], pb);
+        mma_16816_rows16<T>(sums, pa[0], pb[0], pa[1], pb[1], xp[0], xp[1]);
+        mma_16816_rows16<T>(sums, pa[2], pb[2], pa[3], pb[3], xp[2], xp[3]);
+      }
+      // sums: out[2t, n0 + g], out[2t + 1, n0 + g], out[2t, n0 + g + 8], out[2t + 1, n0 + g + 8] of this step.
+      c[0] = fmaf(sums[0], sa[u], c[0]);
+      c[1] = fmaf(sums[1], sa[u], c[1]);
+      c[2] = fmaf(sums[2], sb[u], c[2]);
+      c[3] = fmaf(sums[3], sb[u], c[3]);
     }
   }
-  cp_async_wait<0>();
 
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    partial[(warp * kTileRows + g) * kBlockRows + kTileRows * j + 2 * t] = c0[j];
-    partial[(warp * kTileRows + g) * kBlockRows + kTileRows * j + 2 * t + 1] = c1[j];
-  }
+  partial[warp][2 * t][g] = c[0];
+  partial[warp][2 * t + 1][g] = c[1];
+  partial[warp][2 * t][g + 8] = c[2];
+  partial[warp][2 * t + 1][g + 8] = c[3];
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kBlockRows; i += static_cast<int>(blockDim.x)) {
-    const int row = i / kBlockRows, col = i % kBlockRows;
+  // 128 outputs per tile; a one-warp block writes four each.
+  for (int i = static_cast<int>(threadIdx.x); i < kXRows * kTileRows; i += static_cast<int>(blockDim.x)) {
+    const int row = i / kTileRows, col = i % kTileRows;
     if (row < m && n0 + col < wq.n) {
-      float sum = partial[row * kBlockRows + col];
-      // warp order: fixed by N and K alone
-      for (int v = 1; v < warps; ++v) sum += partial[(v * kTileRows + row) * kBlockRows + col];
+      const int num_warps = static_cast<int>(blockDim.x) / 32;
+      float sum = partial[0][row][col];
+      for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by (N, K)
       out[row * ld_out + n0 + col] = from_f32<T>(sum);
     }
   }
@@ -282,60 +211,49 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
 template <typename T, QuantFormat F, int kLaneBytes>
 cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                         cudaStream_t stream) {
+                         int num_sms, cudaStream_t stream) {
   constexpr int64_t kStepK = 4 * kLaneBytes * kElemsPerByte<F>;
-  const int64_t num_blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
-  if (num_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t num_tiles = (w.n + kTileRows - 1) / kTileRows;
+  if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  const int64_t warps = split_warps(num_blocks, steps);
-  const int64_t steps_per_warp = (steps + warps - 1) / warps;
-  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
-  const int64_t smem_bytes = gemv_smem(kLaneBytes, static_cast<int>(warps), k_blocks, F == QuantFormat::kInt4, m).total;
-  if (smem_bytes > kMaxSmemBytes) return cudaErrorInvalidValue;
-  auto kernel = quant_gemv_kernel<T, F, kLaneBytes>;
-  static std::atomic<uint64_t> raised{0};
-  const cudaError_t e = allow_dynamic_smem(kernel, kMaxSmemBytes, raised);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(static_cast<unsigned>(num_blocks)), dim3(static_cast<unsigned>(warps * 32)),
-           static_cast<size_t>(smem_bytes), stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
-                                                      m, steps_per_warp);
+  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll<kLaneBytes>, num_sms);
+  const int steps_per_warp = static_cast<int>((steps + warps - 1) / warps);
+  int block_shift = 0;
+  while ((kStepK << block_shift) < w.block_k) ++block_shift;  // block_k / kStepK: a power of two
+  quant_gemv_kernel<T, F, kLaneBytes><<<dim3(static_cast<unsigned>(num_tiles)), dim3(static_cast<unsigned>(warps * 32)),
+                                        0, stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
+                                                     m, steps_per_warp, block_shift);
   return cudaGetLastError();
 }
 
 // The one dispatch point: format and piece width, then dtype.
 template <typename T>
 cudaError_t launch_for(void* out, int64_t ld_out, const void* x, int64_t ld_x, const QuantWeight& w, int m,
-                       int lane_bytes, cudaStream_t stream) {
+                       int lane_bytes, int num_sms, cudaStream_t stream) {
   if (w.format == QuantFormat::kFp8Block) {
-    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kFp8Block, 16>(out, ld_out, x, ld_x, w, m, stream);
-    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kFp8Block, 8>(out, ld_out, x, ld_x, w, m, stream);
+    if (lane_bytes == 16)
+      return launch_typed<T, QuantFormat::kFp8Block, 16>(out, ld_out, x, ld_x, w, m, num_sms, stream);
+    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kFp8Block, 8>(out, ld_out, x, ld_x, w, m, num_sms, stream);
   } else {
-    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kInt4, 16>(out, ld_out, x, ld_x, w, m, stream);
-    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kInt4, 8>(out, ld_out, x, ld_x, w, m, stream);
-    if (lane_bytes == 4) return launch_typed<T, QuantFormat::kInt4, 4>(out, ld_out, x, ld_x, w, m, stream);
+    if (lane_bytes == 16) return launch_typed<T, QuantFormat::kInt4, 16>(out, ld_out, x, ld_x, w, m, num_sms, stream);
+    if (lane_bytes == 8) return launch_typed<T, QuantFormat::kInt4, 8>(out, ld_out, x, ld_x, w, m, num_sms, stream);
+    if (lane_bytes == 4) return launch_typed<T, QuantFormat::kInt4, 4>(out, ld_out, x, ld_x, w, m, num_sms, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 // The piece width whose layout the weight allows (widest first), 0 when none.
 int layout_lane_bytes(const QuantWeight& w) {
+  // fp8: one scale per tile of 16 rows (the kernel reads the tile's); x pieces stay whole 16-byte loads.
+  if (w.format == QuantFormat::kFp8Block && w.block_n % kTileRows != 0) return 0;
   const int elems_per_byte = w.format == QuantFormat::kInt4 ? 2 : 1;
   for (int lane_bytes : {16, 8, 4}) {
-    if (w.format == QuantFormat::kFp8Block && lane_bytes == 4) continue;  // x pieces stay whole 16-byte loads
     const int64_t elems = static_cast<int64_t>(lane_bytes) * elems_per_byte, step_k = 4 * elems;
-    if (w.k % elems == 0 && w.block_k % step_k == 0) return lane_bytes;
+    if (elems < 8 || w.block_k % step_k != 0) continue;
+    const int64_t steps_per_block = w.block_k / step_k;
+    if (w.k % elems == 0 && (steps_per_block & (steps_per_block - 1)) == 0) return lane_bytes;
   }
   return 0;
-}
-
-bool fits_shared_memory(const QuantWeight& w, int lane_bytes) {
-  const int64_t step_k = 4 * static_cast<int64_t>(lane_bytes) * (w.format == QuantFormat::kInt4 ? 2 : 1);
-  const int64_t blocks = (w.n + kTileRows * kTiles - 1) / (kTileRows * kTiles);
-  const int64_t warps = split_warps(blocks, (w.k + step_k - 1) / step_k);
-  const int64_t k_blocks = (w.k + w.block_k - 1) / w.block_k;
-  // At the most rows: whether the GEMV takes a product must not depend on M (batch invariance).
-  return gemv_smem(lane_bytes, static_cast<int>(warps), k_blocks, w.format == QuantFormat::kInt4, kQuantGemvMaxRows)
-             .total <= kMaxSmemBytes;
 }
 
 }  // namespace
@@ -343,31 +261,27 @@ bool fits_shared_memory(const QuantWeight& w, int lane_bytes) {
 int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return 0;
   if (w.format == QuantFormat::kMxfp4) return 0;
-  if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.block_n <= 0 || w.block_k <= 0) return 0;
+  if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.k > 0x7fffffff || w.block_n <= 0 || w.block_k <= 0)
+    return 0;
   if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
   if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return 0;
-  const int lane_bytes = layout_lane_bytes(w);
-  if (lane_bytes == 0 || !fits_shared_memory(w, lane_bytes)) return 0;
-  return lane_bytes;
+  return layout_lane_bytes(w);
 }
 
 bool quant_gemv_device_supported(int device) {
-  int major = 0, smem_optin = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8 &&
-         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-         smem_optin >= kMaxSmemBytes;
+  return gemv_device_supported(device);
 }
 
 cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x,
-                              const QuantWeight& w, int64_t m, cudaStream_t stream) {
+                              const QuantWeight& w, int64_t m, int num_sms, cudaStream_t stream) {
   const int lane_bytes = quant_gemv_lane_bytes(dtype, w, x, ld_x, m);
   if (lane_bytes == 0) return cudaErrorInvalidValue;
   if (w.n == 0) return cudaSuccess;
   const int rows = static_cast<int>(m);
   switch (dtype) {
-    case DType::kBF16: return launch_for<__nv_bfloat16>(out, ld_out, x, ld_x, w, rows, lane_bytes, stream);
-    case DType::kF16: return launch_for<__half>(out, ld_out, x, ld_x, w, rows, lane_bytes, stream);
+    case DType::kBF16: return launch_for<__nv_bfloat16>(out, ld_out, x, ld_x, w, rows, lane_bytes, num_sms, stream);
+    case DType::kF16: return launch_for<__half>(out, ld_out, x, ld_x, w, rows, lane_bytes, num_sms, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -41,20 +41,19 @@ inline constexpr int64_t kQuantGemvMaxRows = 8;
 // Bytes of w one lane reads per step (16, 8 or 4: the widest the layout allows), or 0 when the GEMV
 // does not take the product. It takes bf16/f16 x with 1 <= m <= 8, x 16-byte aligned with ld_x a
 // multiple of 8 (m > 1), a 16-byte aligned weight, and a step (4 lanes' pieces of k) that lies
-// inside one scale block: fp8 block_k a multiple of 32 (64 for 16-byte pieces), int4 group size a
-// multiple of 32 (64, 128), K a multiple of the piece, and K / block_k small enough for the block's
-// staged scales. Everything else goes through dequantization.
+// inside one scale block: fp8 block_k 32 or 64 (for 16-byte pieces) times a power of two and block_n
+// a multiple of 16 (one scale per tile of 16 rows), int4 group size 32 (64, 128) times a power of two,
+// K < 2^31 and a multiple of the piece. Everything else goes through dequantization.
 int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m);
 
 // out[m, n] (row stride ld_out) = x[m, k] (row stride ld_x) . W^T, f32 accumulation, rounded once to
 // dtype. Needs quant_gemv_lane_bytes() > 0 (else cudaErrorInvalidValue) and compute capability 8.0+
 // (mma.sync; see quant_gemv_device_supported). Row r of out depends only on row r of x (batch
-// invariant for m <= 8, as gemv.h).
+// invariant for m <= 8, as gemv.h). num_sms: the device's multiprocessors (gemv.cu's launch geometry).
 cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x,
-                              const QuantWeight& w, int64_t m, cudaStream_t stream);
+                              const QuantWeight& w, int64_t m, int num_sms, cudaStream_t stream);
 
-// Compute capability 8.0+ (the mma.sync of gemv.cu, cp.async) and 160 KiB of shared memory per block.
-// Asks the driver: call it once.
+// Compute capability 8.0+ (the mma.sync of gemv.cu). Asks the driver: call it once.
 bool quant_gemv_device_supported(int device);
 
 // dst [n, k] contiguous, of dtype (f32, bf16 or f16) = W rounded once from its f32 value (the CPU's
