@@ -81,24 +81,26 @@ QuantCase mxfp4_case(Backend& gpu, int64_t n, int64_t k, Rng& rng) {
   return c;
 }
 
-// Every piece width of the GEMV (fp8 16/8 bytes, int4 16/8/4), blocks it refuses (fp8 block_k 16,
-// int4 group 8, K % 8 != 0), partial blocks in N and K, an N not a multiple of 8, long K (several
+// Every piece width of the GEMV (fp8 16/8 bytes, int4 16/8/4), blocks it refuses (fp8 block_k 16 or block_n 8,
+// int4 group 8, K % 8 != 0), partial blocks in N and K, an N not a multiple of 16, long K (several
 // warps, several rounds of loads per warp).
 std::vector<QuantCase> all_cases(Backend& gpu, Rng& rng) {
   std::vector<QuantCase> cases;
   cases.push_back(fp8_case(gpu, 200, 320, 128, 128, rng));   // 16-byte pieces
   cases.push_back(fp8_case(gpu, 72, 200, 16, 64, rng));      // 8-byte pieces
-  cases.push_back(fp8_case(gpu, 33, 96, 8, 32, rng));        // 8-byte pieces
+  cases.push_back(fp8_case(gpu, 33, 96, 8, 32, rng));        // block_n 8: dequantization path
   cases.push_back(fp8_case(gpu, 5, 24, 128, 128, rng));      // K < one step
   cases.push_back(fp8_case(gpu, 40, 96, 128, 16, rng));      // block_k 16: dequantization path
   cases.push_back(fp8_case(gpu, 24, 100, 128, 128, rng));    // K % 8 != 0: dequantization path
   cases.push_back(fp8_case(gpu, 64, 8192, 128, 128, rng));   // 16 warps of 8 steps, 4 batches each
   cases.push_back(fp8_case(gpu, 19, 8200, 128, 128, rng));   // 8-byte pieces, 16 warps, a partial last block
+  cases.push_back(fp8_case(gpu, 40, 4160, 128, 128, rng));   // 65 steps: full rounds, then a checked one
   cases.push_back(int4_case(gpu, 200, 384, 128, rng));       // 16-byte pieces
   cases.push_back(int4_case(gpu, 70, 320, 64, rng));         // 8-byte pieces
   cases.push_back(int4_case(gpu, 200, 320, 32, rng));        // 4-byte pieces
   cases.push_back(int4_case(gpu, 9, 64, 8, rng));            // group 8: dequantization path
   cases.push_back(int4_case(gpu, 72, 8192, 128, rng));       // 16 warps of 2 batches
+  cases.push_back(int4_case(gpu, 24, 4224, 128, rng));       // 33 steps: full rounds, then a checked one
   cases.push_back(int4_case(gpu, 17, 12288, 32, rng));       // 4-byte pieces, 6 batches of loads per warp
   cases.push_back(mxfp4_case(gpu, 192, 64, rng));            // MXFP4: the dequantization path
   cases.push_back(mxfp4_case(gpu, 40, 2880, rng));           // gpt-oss's hidden size

@@ -34,12 +34,14 @@
 //   word are (p, p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs are
 //   permuted to match with one byte_perm each.
 //   C lane (g, t) holds out[2t, n0 + g], out[2t + 1, n0 + g], out[2t, n0 + g + 8], out[2t + 1, n0 + g + 8]:
-//   the scales of rows g and g + 8.
+//   the scales of rows g and g + 8 (int4: the lane reads them with its pieces of those rows; fp8: the
+//   tile's).
 //
 // Split K and batch invariance as gemv.cu: a block owns one tile of 16 rows of W, its warps take
 // contiguous ranges of steps (their number depends on N, K and the device only), partial sums are
 // added in warp order. Column m of C depends only on row m of x.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemv.h"
@@ -58,10 +60,10 @@ constexpr int kRoundBytes = 64;  // bytes of W a lane has in flight (gemv.cu's m
 template <QuantFormat F>
 constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
 
-// Steps a warp loads at once: two rows of kLaneBytes each per step; at most 4 (4-byte int4 pieces:
-// 8 steps of pieces, scales and zero points spilled past 64 registers).
-template <int kLaneBytes>
-constexpr int kUnroll = kRoundBytes / (2 * kLaneBytes) < 4 ? kRoundBytes / (2 * kLaneBytes) : 4;
+// Steps a warp loads at once: two rows of kLaneBytes each per step (64 bytes a lane), but at most 2
+// for int4 pieces under 16 bytes (their scales and zero points per step spilled past 64 registers).
+template <QuantFormat F, int kLaneBytes>
+constexpr int kUnroll = F == QuantFormat::kInt4 && kLaneBytes < 16 ? 2 : kRoundBytes / (2 * kLaneBytes);
 
 // One lane's piece of W for one step, as loaded: kBytes / 4 words, read once, past L1.
 template <int kBytes>
@@ -120,7 +122,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   constexpr int kElems = kLaneBytes * kElemsPerByte<F>;
   constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x per lane and step
   constexpr int kStepK = 4 * kElems;
-  constexpr int kSteps = kUnroll<kLaneBytes>;
+  constexpr int kSteps = kUnroll<F, kLaneBytes>;
   __shared__ float partial[kMaxWarps][kXRows][kTileRows];  // [warp][m][n - n0]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -131,52 +133,66 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // This lane's two W rows (null past N: the last tile of an N that is not a multiple of 16).
   const bool ok_a = n0 + g < wq.n, ok_b = n0 + g + 8 < wq.n;
   const uint8_t* w_a = static_cast<const uint8_t*>(wq.data) + (n0 + g) * row_bytes + t * kLaneBytes;
-  const uint8_t* w_b = w_a + 8 * row_bytes;
   const bool x_row_ok = g < m;
   const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
-  // Scales: fp8 one per tile and step (the launcher takes block_n % 16 == 0, so a tile lies in one
-  // block row); int4 one per W row and group, as the zero points (rows past N read row n0's).
-  const float* scales_a = wq.scales + (F == QuantFormat::kFp8Block ? n0 / wq.block_n : (ok_a ? n0 + g : n0)) * k_blocks;
-  const float* scales_b = wq.scales + (ok_b ? n0 + g + 8 : n0) * k_blocks;
-  const uint8_t* zeros_a = F == QuantFormat::kInt4 ? wq.zeros + (ok_a ? n0 + g : n0) * k_blocks : nullptr;
-  const uint8_t* zeros_b = F == QuantFormat::kInt4 ? wq.zeros + (ok_b ? n0 + g + 8 : n0) * k_blocks : nullptr;
+  // Scales and zero points of this lane's two rows (rows past N read row n0's): fp8 one per tile and
+  // step (the launcher takes block_n % 16 == 0: a tile lies in one block row; a second scale load per
+  // step cost 5-15% of the fp8 GEMV's time), int4 one per row and group (block_n = 1).
+  // (Offsets from the kernel's parameters rather than pointers: two registers fewer each, and at 64
+  // registers the pointers spilled.)
+  const int64_t row_a = ok_a ? n0 + g : n0, row_b = ok_b ? n0 + g + 8 : n0;
+  const int scales_a = static_cast<int>((F == QuantFormat::kFp8Block ? n0 / wq.block_n : row_a) * k_blocks);
+  const int scales_b = static_cast<int>(row_b * k_blocks);  // int4 only
+  const int zeros_a = static_cast<int>(row_a * k_blocks), zeros_b = static_cast<int>(row_b * k_blocks);
   const int first_step = warp * steps_per_warp;
+  // This warp's steps, and those of them whose four pieces all lie inside K (the rounds of those need
+  // no bounds checks: every warp but the last has only such steps).
+  const int total_steps = (k + kStepK - 1) / kStepK, full_steps = k / kStepK;
+  const int my_steps = max(0, min(steps_per_warp, total_steps - first_step));
+  const int my_full = max(0, min(my_steps, full_steps - first_step));
+  constexpr int kRowStepBytes = kStepK / kElemsPerByte<F>;  // bytes of one W row per step
+  const uint8_t* w_a_warp = w_a + static_cast<int64_t>(first_step) * kRowStepBytes;
+  const int64_t w_b_delta = 8 * row_bytes;  // row g + 8 from row g
+  const T* x_warp = x_lane + static_cast<int64_t>(first_step) * kStepK;
 
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < steps_per_warp; i += kSteps) {
-    Words<kLaneBytes> wa[kSteps], wb[kSteps];
-    float sa[kSteps], sb[kSteps];
-    uint32_t za[kSteps], zb[kSteps];
-    // All loads first: kSteps pieces of each W row per lane (and their scales) in flight before a
+  // One round: the loads of kN steps from step first_step + i, then their conversions and mma.
+  // kChecked: pieces past K read nothing and add nothing.
+  auto round = [&](int i, auto num_steps, auto checked) {
+    constexpr int kN = decltype(num_steps)::value;
+    constexpr bool kChecked = decltype(checked)::value;
+    Words<kLaneBytes> wa[kN], wb[kN];
+    float sa[kN], sb[kN];
+    uint32_t za[kN], zb[kN];
+    bool x_ok[kN];
+    // All loads first: kN pieces of each W row per lane (and their scales) in flight before a
     // conversion.
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const int step = first_step + i + u, k0 = step * kStepK;
-      const bool step_ok = i + u < steps_per_warp && k0 < k;  // warp-uniform
-      const bool piece_ok = step_ok && k0 + kElems * t < k;   // k % kElems == 0: all in or out
-      const int block = step_ok ? step >> block_shift : 0;    // the step's scale block (one)
-      const int offset = k0 / kElemsPerByte<F>;
-      wa[u] = piece_ok && ok_a ? load_words<kLaneBytes>(w_a + offset) : Words<kLaneBytes>{};
-      wb[u] = piece_ok && ok_b ? load_words<kLaneBytes>(w_b + offset) : Words<kLaneBytes>{};
-      sa[u] = step_ok ? __ldg(scales_a + block) : 0.0f;
+    for (int u = 0; u < kN; ++u) {
+      const int step = first_step + i + u;
+      const bool piece_ok = !kChecked || step * kStepK + kElems * t < k;  // k % kElems == 0: all in or out
+      x_ok[u] = piece_ok && x_row_ok;
+      const int block = step >> block_shift;  // the step's scale block (one)
+      const int offset = (i + u) * kRowStepBytes;
+      wa[u] = piece_ok && ok_a ? load_words<kLaneBytes>(w_a_warp + offset) : Words<kLaneBytes>{};
+      wb[u] = piece_ok && ok_b ? load_words<kLaneBytes>(w_a_warp + w_b_delta + offset) : Words<kLaneBytes>{};
+      sa[u] = __ldg(wq.scales + scales_a + block);
       if constexpr (F == QuantFormat::kInt4) {
-        sb[u] = step_ok ? __ldg(scales_b + block) : 0.0f;
-        za[u] = step_ok ? __ldg(zeros_a + block) : 0u;
-        zb[u] = step_ok ? __ldg(zeros_b + block) : 0u;
+        sb[u] = __ldg(wq.scales + scales_b + block);
+        za[u] = __ldg(wq.zeros + zeros_a + block);
+        zb[u] = __ldg(wq.zeros + zeros_b + block);
       } else {
         sb[u] = sa[u];
         za[u] = zb[u] = 0;
       }
     }
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      if (i + u >= steps_per_warp) break;  // warp-uniform: every lane agrees, as mma.sync requires
-      const int k0 = (first_step + i + u) * kStepK;
-      const bool x_ok = x_row_ok && k0 + kElems * t < k;
+    for (int u = 0; u < kN; ++u) {
       float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int q = 0; q < kXVecs; ++q) {
-        const uint4 xv = x_ok ? __ldg(reinterpret_cast<const uint4*>(x_lane + k0 + 8 * q)) : make_uint4(0, 0, 0, 0);
+        const uint4 xv = x_ok[u] ? __ldg(reinterpret_cast<const uint4*>(x_warp + (i + u) * kStepK + 8 * q))
+                                 : make_uint4(0, 0, 0, 0);
         uint32_t xp[4], pa[4], pb[4];
         x_pairs<F>(xv, xp);
         w_pairs<T, F>(wa[u], q, za[u], pa);
@@ -190,7 +206,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       c[2] = fmaf(sums[2], sb[u], c[2]);
       c[3] = fmaf(sums[3], sb[u], c[3]);
     }
-  }
+  };
+  int i = 0;
+  for (; i + kSteps <= my_full; i += kSteps) round(i, std::integral_constant<int, kSteps>{}, std::false_type{});
+  // The rest one step a round (fewer registers than the full rounds, which keep 64 for their loads).
+  for (; i < my_steps; ++i) round(i, std::integral_constant<int, 1>{}, std::true_type{});
 
   partial[warp][2 * t][g] = c[0];
   partial[warp][2 * t + 1][g] = c[1];
@@ -216,7 +236,7 @@ cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x,
   const int64_t num_tiles = (w.n + kTileRows - 1) / kTileRows;
   if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll<kLaneBytes>, num_sms);
+  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll<F, kLaneBytes>, num_sms);
   const int steps_per_warp = static_cast<int>((steps + warps - 1) / warps);
   int block_shift = 0;
   while ((kStepK << block_shift) < w.block_k) ++block_shift;  // block_k / kStepK: a power of two
@@ -263,6 +283,7 @@ int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int6
   if (w.format == QuantFormat::kMxfp4) return 0;
   if (m < 1 || m > kQuantGemvMaxRows || w.n < 0 || w.k <= 0 || w.k > 0x7fffffff || w.block_n <= 0 || w.block_k <= 0)
     return 0;
+  if (w.n * ((w.k + w.block_k - 1) / w.block_k) > 0x7fffffff) return 0;  // int offsets of scales / zero points
   if (w.data == nullptr || w.scales == nullptr || (w.format == QuantFormat::kInt4 && w.zeros == nullptr)) return 0;
   if ((m > 1 && ld_x % 8 != 0) || reinterpret_cast<uintptr_t>(x) % 16 != 0) return 0;
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return 0;

@@ -43,7 +43,7 @@ inline constexpr int64_t kQuantGemvMaxRows = 8;
 // multiple of 8 (m > 1), a 16-byte aligned weight, and a step (4 lanes' pieces of k) that lies
 // inside one scale block: fp8 block_k 32 or 64 (for 16-byte pieces) times a power of two and block_n
 // a multiple of 16 (one scale per tile of 16 rows), int4 group size 32 (64, 128) times a power of two,
-// K < 2^31 and a multiple of the piece. Everything else goes through dequantization.
+// K < 2^31 and a multiple of the piece, fewer than 2^31 scales. Everything else goes through dequantization.
 int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int64_t ld_x, int64_t m);
 
 // out[m, n] (row stride ld_out) = x[m, k] (row stride ld_x) . W^T, f32 accumulation, rounded once to
