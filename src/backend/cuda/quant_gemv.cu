@@ -56,6 +56,11 @@ constexpr int kTileRows = 16;  // rows of W (columns of out) per block: the mma'
 constexpr int kXRows = 8;      // rows of x: the mma's N
 constexpr int kMaxWarps = kGemvMaxWarps;
 constexpr int kRoundBytes = 64;  // bytes of W a lane has in flight (gemv.cu's measured round)
+// Where the tiles are many (more than 8 blocks an SM), a warp runs at least kManyTilesRounds rounds:
+// fewer, longer warps pay the prologue and the partial sums less often (H200, gate|up [24576, 4096]:
+// fp8 31.8 -> 29.1 us, int4 32.6 -> 27.9 us); with few tiles that cost more than it saved (o [4096,
+// 4096]: fp8 7.0 -> 7.6 us, int4 6.8 -> 9.6 us), so those keep gemv.cu's one round a warp.
+constexpr int kManyTilesRounds = 4;
 
 template <QuantFormat F>
 constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
@@ -115,10 +120,20 @@ __device__ __forceinline__ void w_pairs(const Words<kBytes>& w, int q, uint32_t 
 // One block per tile of 16 rows of W; blockDim.x / 32 warps split K into ranges of steps_per_warp
 // steps. A step's scale block is step >> block_shift (block_k / step_k is a power of two: no
 // division in the loop). K < 2^31.
+// What the launcher derives from the weight's shape, so that the kernel's prologue has no 64-bit
+// division (each one is ~100 instructions; a warp runs only a few rounds).
+struct GemvGeometry {
+  int steps_per_warp = 0;
+  int block_shift = 0;          // log2(block_k / step_k)
+  int k_blocks = 0;             // scale blocks along K
+  int tiles_per_scale_row = 1;  // fp8: block_n / 16
+};
+
 template <typename T, QuantFormat F, int kLaneBytes>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
-                      int m, int steps_per_warp, int block_shift) {
+                      int m, GemvGeometry geo) {
+  const int steps_per_warp = geo.steps_per_warp, block_shift = geo.block_shift, k_blocks = geo.k_blocks;
   constexpr int kElems = kLaneBytes * kElemsPerByte<F>;
   constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x per lane and step
   constexpr int kStepK = 4 * kElems;
@@ -128,7 +143,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int k = static_cast<int>(wq.k);
-  const int64_t k_blocks = (wq.k + wq.block_k - 1) / wq.block_k;
   const int64_t row_bytes = wq.k / kElemsPerByte<F>;
   // This lane's two W rows (null past N: the last tile of an N that is not a multiple of 16).
   const bool ok_a = n0 + g < wq.n, ok_b = n0 + g + 8 < wq.n;
@@ -140,10 +154,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // step cost 5-15% of the fp8 GEMV's time), int4 one per row and group (block_n = 1).
   // (Offsets from the kernel's parameters rather than pointers: two registers fewer each, and at 64
   // registers the pointers spilled.)
-  const int64_t row_a = ok_a ? n0 + g : n0, row_b = ok_b ? n0 + g + 8 : n0;
-  const int scales_a = static_cast<int>((F == QuantFormat::kFp8Block ? n0 / wq.block_n : row_a) * k_blocks);
-  const int scales_b = static_cast<int>(row_b * k_blocks);  // int4 only
-  const int zeros_a = static_cast<int>(row_a * k_blocks), zeros_b = static_cast<int>(row_b * k_blocks);
+  const int row_a = static_cast<int>(ok_a ? n0 + g : n0), row_b = static_cast<int>(ok_b ? n0 + g + 8 : n0);
+  const int scale_row_a =
+      F == QuantFormat::kFp8Block ? static_cast<int>(blockIdx.x) / geo.tiles_per_scale_row : row_a;
+  const int scales_a = scale_row_a * k_blocks;
+  const int scales_b = row_b * k_blocks;  // int4 only
+  const int zeros_a = row_a * k_blocks, zeros_b = row_b * k_blocks;
   const int first_step = warp * steps_per_warp;
   // This warp's steps, and those of them whose four pieces all lie inside K (the rounds of those need
   // no bounds checks: every warp but the last has only such steps).
@@ -236,13 +252,16 @@ cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x,
   const int64_t num_tiles = (w.n + kTileRows - 1) / kTileRows;
   if (num_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t steps = (w.k + kStepK - 1) / kStepK;
-  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll<F, kLaneBytes>, num_sms);
-  const int steps_per_warp = static_cast<int>((steps + warps - 1) / warps);
-  int block_shift = 0;
-  while ((kStepK << block_shift) < w.block_k) ++block_shift;  // block_k / kStepK: a power of two
+  const int rounds = (num_tiles + num_sms - 1) / num_sms > 8 ? kManyTilesRounds : 1;
+  const int64_t warps = gemv_warps_per_tile(num_tiles, steps, kUnroll<F, kLaneBytes> * rounds, num_sms);
+  GemvGeometry geo;
+  geo.steps_per_warp = static_cast<int>((steps + warps - 1) / warps);
+  while ((kStepK << geo.block_shift) < w.block_k) ++geo.block_shift;  // block_k / kStepK: a power of two
+  geo.k_blocks = static_cast<int>((w.k + w.block_k - 1) / w.block_k);
+  geo.tiles_per_scale_row = F == QuantFormat::kFp8Block ? static_cast<int>(w.block_n / kTileRows) : 1;
   quant_gemv_kernel<T, F, kLaneBytes><<<dim3(static_cast<unsigned>(num_tiles)), dim3(static_cast<unsigned>(warps * 32)),
                                         0, stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
-                                                     m, steps_per_warp, block_shift);
+                                                     m, geo);
   return cudaGetLastError();
 }
 
