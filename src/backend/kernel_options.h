@@ -14,7 +14,7 @@ struct KernelOptions {
   bool graphs = true;                   // --enforce-eager, PAGELLM_CUDA_GRAPHS=0: every step launched eagerly
   bool gemv = true;                     // PAGELLM_CUDA_GEMV=0: decode-sized bf16/f16 products on cuBLASLt
   bool quant_gemv = true;               // PAGELLM_CUDA_QUANT_GEMV=0: quantized products dequantized + cuBLASLt
-  bool fp8_w8a8 = true;                 // PAGELLM_CUDA_FP8_W8A8=0: FP8 products of > 8 rows dequantized instead
+  bool fp8_w8a8 = true;                 // PAGELLM_CUDA_FP8_W8A8=0: FP8 products the GEMV does not take dequantized
   bool decode_attention = true;         // PAGELLM_CUDA_DECODE_ATTENTION=0: decode rows on the general kernel
   bool prefill_attention = true;        // PAGELLM_CUDA_PREFILL_ATTENTION=0: prompt rows on the general kernel
   bool decode_partition_units = false;  // PAGELLM_CUDA_DECODE_PARTITION_UNITS=1: split-KV states per partition

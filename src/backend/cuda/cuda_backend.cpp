@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cublaslt_fp8_matmul.h"
 #include "backend/cuda/cublaslt_matmul.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_group_quant.h"
 #include "backend/cuda/kernels.h"
@@ -559,8 +560,8 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
 }
 
 // W8A8: x quantized per token and 128-group into FP8 (fp8_group_quant.cu), then the FP8 tensor-core
-// product with both operands' block scales (cublaslt_fp8_matmul.h). Taken for more than 8 rows
-// (fewer go to the GEMV, which streams the weight once as well; cuBLASLt 13.0 on H100 answered
+// product with both operands' block scales (cublaslt_fp8_matmul.h). Taken for more than 8 rows that
+// the GEMV did not take (it takes up to 16 and streams the weight once as well; cuBLASLt 13.0 on H100 answered
 // NOT_SUPPORTED for every M % 4 != 0 tried, 9, 17, 33, 130, so those run padded to M % 4 == 0), 128 x 128
 // weight blocks, K % 128 == 0, N % 16 == 0, bf16/f16 x with 16-byte
 // aligned rows, and when cuBLASLt has an algorithm for the shape; false (nothing launched) leaves
@@ -568,7 +569,9 @@ void CudaBackend::quant_matmul(TensorView out, const TensorView& x, const cuda::
 bool CudaBackend::fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x,
                                   const cuda::QuantWeight& w, const char* op) {
   const int64_t m = x.size(0), n = w.n, k = w.k;
-  if (!fp8_block_scaling_supported_ || m <= cuda::kQuantGemvMaxRows || !kernel_options_.fp8_w8a8) return false;
+  // Above the GEMV's 8 rows of one mma group; products of 9..16 rows get here only where the GEMV does not
+  // take them (KernelOptions::quant_gemv off, or its layout).
+  if (!fp8_block_scaling_supported_ || m <= cuda::kGemvMaxRows || !kernel_options_.fp8_w8a8) return false;
   if (w.block_n != cuda::kFp8GroupCols || w.block_k != cuda::kFp8GroupCols || k % cuda::kFp8GroupCols != 0 ||
       n % 16 != 0 || (x.dtype != DType::kBF16 && x.dtype != DType::kF16) ||
       !cuda::quantize_fp8_groups_applies(x.dtype, x.data, ld_x, k)) {

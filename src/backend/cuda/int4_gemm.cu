@@ -1,4 +1,4 @@
-// The INT4 product of more than 8 rows (int4_gemm.h): out[M, N] = x[M, K] . W^T with W group-quantized
+// The INT4 product of more than 16 rows (int4_gemm.h): out[M, N] = x[M, K] . W^T with W group-quantized
 // 4-bit, dequantized in registers on its way into the tensor cores (Marlin's idea), so W is read as
 // 4-bit words instead of being expanded into a 16-bit copy that cuBLASLt then reads again.
 //

@@ -1,8 +1,9 @@
-// The INT4 product of more than 8 rows on the GPU (int4_gemm.cu): a tensor-core GEMM that reads W as
+// The INT4 product of more than 16 rows on the GPU (int4_gemm.cu): a tensor-core GEMM that reads W as
 // 4-bit words and dequantizes it in registers (Marlin's idea), instead of dequantizing W into a
 // 16-bit copy for cuBLASLt. Measured on an H100 (docs/PERFORMANCE.md, PrintsInt4GemmThroughput) it
 // wins only where its grid fills the GPU and the batch is small: Qwen3-8B's gate|up [24576, 4096]
-// at 16..64 rows, 1.4-1.5x faster than dequantization + cuBLASLt; at 128 rows, or with fewer
+// at 16..64 rows, 1.4-1.5x faster than dequantization + cuBLASLt (up to 16 rows now go to the
+// quantized GEMV, quant_gemv.h); at 128 rows, or with fewer
 // column blocks than SMs (q|k|v, down), it lost (no split K, one 64 x 128 tile per block). Layout and
 // math: QuantWeight kInt4 (quant_gemv.h); the CPU twin is backend/cpu/quant_gemm.h.
 //

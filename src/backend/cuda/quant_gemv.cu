@@ -1,11 +1,12 @@
-// The decode-sized product with quantized weights (quant_gemv.h): out[M, N] = x[M, K] . W^T, M <= 8,
+// The decode-sized product with quantized weights (quant_gemv.h): out[M, N] = x[M, K] . W^T, M <= 16,
 // x and out bf16/f16, W block-scaled FP8 (1 byte a weight) or group-quantized INT4 (half a byte).
 //
 // At decode the product is a stream of W through the SMs, so the kernel reads W once, in pieces of
 // up to 16 bytes per lane, and dequantizes in registers; products run on the tensor cores as in
 // gemv.cu (read that first), but with W as the mma's A operand: one mma.sync.m16n8k16 multiplies
-// 16 rows of W by all 8 rows of x (B, x^T) over 16 k. Every register of A then carries weights (as
-// the operand B of gemv.cu's mapping, half of A would be zero rows), so per weight there is half the
+// 16 rows of W by 8 rows of x (B, x^T) over 16 k, and M of 9..16 runs a second mma per converted
+// piece of W for x rows 8..15. Every register of A carries weights (as the operand B of gemv.cu's
+// mapping, half of A would be zero rows), so per weight there is half the
 // mma, half the x loads and permutes, and no zero registers to rebuild. What is left per weight is
 // its conversion, and the SM's issue slots are the limit: an earlier kernel with W as B, a 64-bit
 // division per step and x addresses recomputed per load issued ~120 instructions per 512 bytes of W
@@ -129,7 +130,10 @@ struct GemvGeometry {
   int tiles_per_scale_row = 1;  // fp8: block_n / 16
 };
 
-template <typename T, QuantFormat F, int kLaneBytes>
+// kGroups: 8-row groups of x (M <= 8 or M <= 16); the second group reuses every converted weight.
+// Two groups load half the steps a round (at 64 registers their accumulators spilled otherwise); a
+// round's size changes when loads are issued, not the order of any sum (batch invariance holds).
+template <typename T, QuantFormat F, int kLaneBytes, int kGroups>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     quant_gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x, QuantWeight wq,
                       int m, GemvGeometry geo) {
@@ -137,8 +141,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   constexpr int kElems = kLaneBytes * kElemsPerByte<F>;
   constexpr int kXVecs = kElems / 8;  // 16-byte pieces of x per lane and step
   constexpr int kStepK = 4 * kElems;
-  constexpr int kSteps = kUnroll<F, kLaneBytes>;
-  __shared__ float partial[kMaxWarps][kXRows][kTileRows];  // [warp][m][n - n0]
+  constexpr int kSteps = kGroups == 1 ? kUnroll<F, kLaneBytes> : (kUnroll<F, kLaneBytes> + 1) / 2;
+  __shared__ float partial[kMaxWarps][kGroups * kXRows][kTileRows];  // [warp][m][n - n0]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
@@ -147,8 +151,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // This lane's two W rows (null past N: the last tile of an N that is not a multiple of 16).
   const bool ok_a = n0 + g < wq.n, ok_b = n0 + g + 8 < wq.n;
   const uint8_t* w_a = static_cast<const uint8_t*>(wq.data) + (n0 + g) * row_bytes + t * kLaneBytes;
-  const bool x_row_ok = g < m;
-  const T* x_lane = x + (x_row_ok ? g * ld_x : 0) + t * kElems;
+  // x rows g and g + 8 (the second group's): B's column g of each group's mma. (Scalars, not arrays:
+  // with an array the compiler rebuilt the address from the parameters for every load, 12% of the fp8
+  // GEMV's time.)
+  const bool x_row_ok0 = g < m, x_row_ok1 = kGroups > 1 && g + kXRows < m;
+  const T* x_lane0 = x + (x_row_ok0 ? g * ld_x : 0) + t * kElems;
+  const T* x_lane1 = x + (x_row_ok1 ? (g + kXRows) * ld_x : 0) + t * kElems;
   // Scales and zero points of this lane's two rows (rows past N read row n0's): fp8 one per tile and
   // step (the launcher takes block_n % 16 == 0: a tile lies in one block row; a second scale load per
   // step cost 5-15% of the fp8 GEMV's time), int4 one per row and group (block_n = 1).
@@ -169,9 +177,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   constexpr int kRowStepBytes = kStepK / kElemsPerByte<F>;  // bytes of one W row per step
   const uint8_t* w_a_warp = w_a + static_cast<int64_t>(first_step) * kRowStepBytes;
   const int64_t w_b_delta = 8 * row_bytes;  // row g + 8 from row g
-  const T* x_warp = x_lane + static_cast<int64_t>(first_step) * kStepK;
+  const T* x_warp0 = x_lane0 + static_cast<int64_t>(first_step) * kStepK;
+  const T* x_warp1 = x_lane1 + static_cast<int64_t>(first_step) * kStepK;
 
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float c[kGroups][4] = {};
   // One round: the loads of kN steps from step first_step + i, then their conversions and mma.
   // kChecked: pieces past K read nothing and add nothing.
   auto round = [&](int i, auto num_steps, auto checked) {
@@ -180,14 +189,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     Words<kLaneBytes> wa[kN], wb[kN];
     float sa[kN], sb[kN];
     uint32_t za[kN], zb[kN];
-    bool x_ok[kN];
+    bool x_ok[kN][kGroups];
     // All loads first: kN pieces of each W row per lane (and their scales) in flight before a
     // conversion.
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
       const int step = first_step + i + u;
       const bool piece_ok = !kChecked || step * kStepK + kElems * t < k;  // k % kElems == 0: all in or out
-      x_ok[u] = piece_ok && x_row_ok;
+      x_ok[u][0] = piece_ok && x_row_ok0;
+      if constexpr (kGroups > 1) x_ok[u][1] = piece_ok && x_row_ok1;
       const int block = step >> block_shift;  // the step's scale block (one)
       const int offset = (i + u) * kRowStepBytes;
       wa[u] = piece_ok && ok_a ? load_words<kLaneBytes>(w_a_warp + offset) : Words<kLaneBytes>{};
@@ -204,23 +214,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     }
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
-      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float sums[kGroups][4] = {};
 #pragma unroll
       for (int q = 0; q < kXVecs; ++q) {
-        const uint4 xv = x_ok[u] ? __ldg(reinterpret_cast<const uint4*>(x_warp + (i + u) * kStepK + 8 * q))
-                                 : make_uint4(0, 0, 0, 0);
-        uint32_t xp[4], pa[4], pb[4];
-        x_pairs<F>(xv, xp);
+        uint32_t xp[kGroups][4], pa[4], pb[4];
+#pragma unroll
+        for (int grp = 0; grp < kGroups; ++grp) {
+          const T* x_row = grp == 0 ? x_warp0 : x_warp1;
+          const uint4 xv = x_ok[u][grp] ? __ldg(reinterpret_cast<const uint4*>(x_row + (i + u) * kStepK + 8 * q))
+                                        : make_uint4(0, 0, 0, 0);
+          x_pairs<F>(xv, xp[grp]);
+        }
         w_pairs<T, F>(wa[u], q, za[u], pa);
         w_pairs<T, F>(wb[u], q, zb[u], pb);
-        mma_16816_rows16<T>(sums, pa[0], pb[0], pa[1], pb[1], xp[0], xp[1]);
-        mma_16816_rows16<T>(sums, pa[2], pb[2], pa[3], pb[3], xp[2], xp[3]);
+#pragma unroll
+        for (int grp = 0; grp < kGroups; ++grp) {
+          mma_16816_rows16<T>(sums[grp], pa[0], pb[0], pa[1], pb[1], xp[grp][0], xp[grp][1]);
+          mma_16816_rows16<T>(sums[grp], pa[2], pb[2], pa[3], pb[3], xp[grp][2], xp[grp][3]);
+        }
       }
-      // sums: out[2t, n0 + g], out[2t + 1, n0 + g], out[2t, n0 + g + 8], out[2t + 1, n0 + g + 8] of this step.
-      c[0] = fmaf(sums[0], sa[u], c[0]);
-      c[1] = fmaf(sums[1], sa[u], c[1]);
-      c[2] = fmaf(sums[2], sb[u], c[2]);
-      c[3] = fmaf(sums[3], sb[u], c[3]);
+      // sums[grp]: out[m, n0 + g], out[m + 1, n0 + g], out[m, n0 + g + 8], out[m + 1, n0 + g + 8] of this
+      // step, m = 8 grp + 2t.
+#pragma unroll
+      for (int grp = 0; grp < kGroups; ++grp) {
+        c[grp][0] = fmaf(sums[grp][0], sa[u], c[grp][0]);
+        c[grp][1] = fmaf(sums[grp][1], sa[u], c[grp][1]);
+        c[grp][2] = fmaf(sums[grp][2], sb[u], c[grp][2]);
+        c[grp][3] = fmaf(sums[grp][3], sb[u], c[grp][3]);
+      }
     }
   };
   int i = 0;
@@ -228,13 +249,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // The rest one step a round (fewer registers than the full rounds, which keep 64 for their loads).
   for (; i < my_steps; ++i) round(i, std::integral_constant<int, 1>{}, std::true_type{});
 
-  partial[warp][2 * t][g] = c[0];
-  partial[warp][2 * t + 1][g] = c[1];
-  partial[warp][2 * t][g + 8] = c[2];
-  partial[warp][2 * t + 1][g + 8] = c[3];
+#pragma unroll
+  for (int grp = 0; grp < kGroups; ++grp) {
+    partial[warp][kXRows * grp + 2 * t][g] = c[grp][0];
+    partial[warp][kXRows * grp + 2 * t + 1][g] = c[grp][1];
+    partial[warp][kXRows * grp + 2 * t][g + 8] = c[grp][2];
+    partial[warp][kXRows * grp + 2 * t + 1][g + 8] = c[grp][3];
+  }
   __syncthreads();
-  // 128 outputs per tile; a one-warp block writes four each.
-  for (int i = static_cast<int>(threadIdx.x); i < kXRows * kTileRows; i += static_cast<int>(blockDim.x)) {
+  // 128 outputs per tile and group; a one-warp block writes four each.
+  for (int i = static_cast<int>(threadIdx.x); i < kGroups * kXRows * kTileRows; i += static_cast<int>(blockDim.x)) {
     const int row = i / kTileRows, col = i % kTileRows;
     if (row < m && n0 + col < wq.n) {
       const int num_warps = static_cast<int>(blockDim.x) / 32;
@@ -259,9 +283,14 @@ cudaError_t launch_typed(void* out, int64_t ld_out, const void* x, int64_t ld_x,
   while ((kStepK << geo.block_shift) < w.block_k) ++geo.block_shift;  // block_k / kStepK: a power of two
   geo.k_blocks = static_cast<int>((w.k + w.block_k - 1) / w.block_k);
   geo.tiles_per_scale_row = F == QuantFormat::kFp8Block ? static_cast<int>(w.block_n / kTileRows) : 1;
-  quant_gemv_kernel<T, F, kLaneBytes><<<dim3(static_cast<unsigned>(num_tiles)), dim3(static_cast<unsigned>(warps * 32)),
-                                        0, stream>>>(static_cast<T*>(out), ld_out, static_cast<const T*>(x), ld_x, w,
-                                                     m, geo);
+  const dim3 grid(static_cast<unsigned>(num_tiles)), block(static_cast<unsigned>(warps * 32));
+  if (m <= kXRows) {
+    quant_gemv_kernel<T, F, kLaneBytes, 1><<<grid, block, 0, stream>>>(static_cast<T*>(out), ld_out,
+                                                                        static_cast<const T*>(x), ld_x, w, m, geo);
+  } else {
+    quant_gemv_kernel<T, F, kLaneBytes, 2><<<grid, block, 0, stream>>>(static_cast<T*>(out), ld_out,
+                                                                        static_cast<const T*>(x), ld_x, w, m, geo);
+  }
   return cudaGetLastError();
 }
 

@@ -36,10 +36,12 @@ struct QuantWeight {
   int64_t block_n = 1, block_k = 1;
 };
 
-inline constexpr int64_t kQuantGemvMaxRows = 8;
+// Two groups of 8 x rows share each converted weight (quant_gemv.cu), so decode batches of up to 16
+// rows stream W once.
+inline constexpr int64_t kQuantGemvMaxRows = 16;
 
 // Bytes of w one lane reads per step (16, 8 or 4: the widest the layout allows), or 0 when the GEMV
-// does not take the product. It takes bf16/f16 x with 1 <= m <= 8, x 16-byte aligned with ld_x a
+// does not take the product. It takes bf16/f16 x with 1 <= m <= 16, x 16-byte aligned with ld_x a
 // multiple of 8 (m > 1), a 16-byte aligned weight, and a step (4 lanes' pieces of k) that lies
 // inside one scale block: fp8 block_k 32 or 64 (for 16-byte pieces) times a power of two and block_n
 // a multiple of 16 (one scale per tile of 16 rows), int4 group size 32 (64, 128) times a power of two,
@@ -49,7 +51,7 @@ int quant_gemv_lane_bytes(DType dtype, const QuantWeight& w, const void* x, int6
 // out[m, n] (row stride ld_out) = x[m, k] (row stride ld_x) . W^T, f32 accumulation, rounded once to
 // dtype. Needs quant_gemv_lane_bytes() > 0 (else cudaErrorInvalidValue) and compute capability 8.0+
 // (mma.sync; see quant_gemv_device_supported). Row r of out depends only on row r of x (batch
-// invariant for m <= 8, as gemv.h). num_sms: the device's multiprocessors (gemv.cu's launch geometry).
+// invariant for m <= 16, as gemv.h for its 8). num_sms: the device's multiprocessors (gemv.cu's launch geometry).
 cudaError_t launch_quant_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x,
                               const QuantWeight& w, int64_t m, int num_sms, cudaStream_t stream);
 
