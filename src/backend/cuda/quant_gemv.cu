@@ -6,8 +6,8 @@
 // gemv.cu (read that first), but with W as the mma's A operand: one mma.sync.m16n8k16 multiplies
 // 16 rows of W by 8 rows of x (B, x^T) over 16 k, and M of 9..16 runs a second mma per converted
 // piece of W for x rows 8..15. Every register of A carries weights (as the operand B of gemv.cu's
-// mapping, half of A would be zero rows), so per weight there is half the
-// mma, half the x loads and permutes, and no zero registers to rebuild. What is left per weight is
+// mapping, half of A would be zero rows), so per weight there is half the mma, half the x loads and
+// permutes, and no zero registers to rebuild. What is left per weight is
 // its conversion, and the SM's issue slots are the limit: an earlier kernel with W as B, a 64-bit
 // division per step and x addresses recomputed per load issued ~120 instructions per 512 bytes of W
 // and streamed FP8 at 1.6-1.9 TB/s (as did the cp.async ring before it) where the bf16 GEMV streams
@@ -26,7 +26,7 @@
 //
 // Mapping (per warp, one "step" = 16 rows of W x 4 * kElems k), lane = 4 g + t:
 //   the lane takes kLaneBytes of W rows n0 + g and n0 + g + 8 (kElems weights each, starting at
-//   k0 + kElems t) and the same kElems elements of x row g (zeros when g >= M). Per 16-byte piece of
+//   k0 + kElems t) and the same kElems elements of x row g (and g + 8 for M > 8; zeros past M). Per 16-byte piece of
 //   x (8 elements) it forms 4 registers of two T each, "pairs", for x and for each of its two W rows,
 //   all in the same order, and runs two mma: A = (row g pair p, row g + 8 pair p, row g pair p + 1,
 //   row g + 8 pair p + 1), B = (x pair p, x pair p + 1). The mma wants logical k {2t, 2t + 1} in a0/a1/b0
@@ -34,9 +34,9 @@
 //   works if A and B share it (gemv.cu). fp8 pairs of a word are (0, 2) and (1, 3); int4 pairs of a
 //   word are (p, p + 4), p < 4 (what the bit tricks leave in the two halves), and x's pairs are
 //   permuted to match with one byte_perm each.
-//   C lane (g, t) holds out[2t, n0 + g], out[2t + 1, n0 + g], out[2t, n0 + g + 8], out[2t + 1, n0 + g + 8]:
-//   the scales of rows g and g + 8 (int4: the lane reads them with its pieces of those rows; fp8: the
-//   tile's).
+//   C lane (g, t) holds out[m, n0 + g], out[m + 1, n0 + g], out[m, n0 + g + 8], out[m + 1, n0 + g + 8],
+//   m = 2t (8 + 2t for the second group): the scales of rows g and g + 8 (int4: the lane reads them
+//   with its pieces of those rows; fp8: the tile's).
 //
 // Split K and batch invariance as gemv.cu: a block owns one tile of 16 rows of W, its warps take
 // contiguous ranges of steps (their number depends on N, K and the device only), partial sums are
@@ -118,9 +118,6 @@ __device__ __forceinline__ void w_pairs(const Words<kBytes>& w, int q, uint32_t 
   }
 }
 
-// One block per tile of 16 rows of W; blockDim.x / 32 warps split K into ranges of steps_per_warp
-// steps. A step's scale block is step >> block_shift (block_k / step_k is a power of two: no
-// division in the loop). K < 2^31.
 // What the launcher derives from the weight's shape, so that the kernel's prologue has no 64-bit
 // division (each one is ~100 instructions; a warp runs only a few rounds).
 struct GemvGeometry {
@@ -130,6 +127,9 @@ struct GemvGeometry {
   int tiles_per_scale_row = 1;  // fp8: block_n / 16
 };
 
+// One block per tile of 16 rows of W; blockDim.x / 32 warps split K into ranges of steps_per_warp
+// steps. A step's scale block is step >> block_shift (block_k / step_k is a power of two: no
+// division in the loop). K < 2^31.
 // kGroups: 8-row groups of x (M <= 8 or M <= 16); the second group reuses every converted weight.
 // Two groups load half the steps a round (at 64 registers their accumulators spilled otherwise); a
 // round's size changes when loads are issued, not the order of any sum (batch invariance holds).
