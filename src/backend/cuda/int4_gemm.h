@@ -3,9 +3,9 @@
 // 16-bit copy for cuBLASLt. Measured on an H100 (docs/PERFORMANCE.md, PrintsInt4GemmThroughput) it
 // wins only where its grid fills the GPU and the batch is small: Qwen3-8B's gate|up [24576, 4096]
 // at 16..64 rows, 1.4-1.5x faster than dequantization + cuBLASLt (up to 16 rows now go to the
-// quantized GEMV, quant_gemv.h); at 128 rows, or with fewer
-// column blocks than SMs (q|k|v, down), it lost (no split K, one 64 x 128 tile per block). Layout and
-// math: QuantWeight kInt4 (quant_gemv.h); the CPU twin is backend/cpu/quant_gemm.h.
+// quantized GEMV, quant_gemv.h, 2.3x faster again at 16); at 128 rows, or with fewer column blocks
+// than SMs (q|k|v, down), it lost (no split K, one 64 x 128 tile per block). Layout and math:
+// QuantWeight kInt4 (quant_gemv.h); the CPU twin is backend/cpu/quant_gemm.h.
 //
 // Plain C++ header (no fmt/Tensor), like kernels.h: cuda_backend.cpp validates and calls it.
 #pragma once
