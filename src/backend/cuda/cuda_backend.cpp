@@ -17,9 +17,9 @@
 
 #include "backend/cuda/cublaslt_fp8_matmul.h"
 #include "backend/cuda/cublaslt_matmul.h"
-#include "backend/cuda/gemv.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_group_quant.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/int4_gemm.h"
 #include "backend/cuda/moe.h"

@@ -44,7 +44,7 @@ namespace {
 
 constexpr int kTileRows = 8;   // columns n of out per block: the mma's N
 constexpr int kStepK = 32;     // k per warp step: 4 lanes x 8 elements
-constexpr int kUnroll = 4;               // steps whose loads a warp has in flight at once
+constexpr int kUnroll = kGemvRoundBytes / 16;  // steps (16 bytes a lane each) whose loads a warp has in flight
 constexpr int kMaxWarps = kGemvMaxWarps;  // split-K warps per block
 constexpr int kResidentWarps = 32;  // per SM at <= 64 registers a thread
 

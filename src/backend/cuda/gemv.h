@@ -21,8 +21,9 @@ inline constexpr int64_t kGemvMaxRows = 8;  // the largest M the GEMV takes (the
 
 // The launch geometry gemv.cu measured, shared with the quantized GEMV (quant_gemv.cu): blocks of at
 // most kGemvMaxWarps warps at <= 64 registers a thread (two blocks an SM), each warp with a round of
-// 64 bytes of loads a lane in flight.
+// kGemvRoundBytes of loads a lane in flight.
 inline constexpr int kGemvMaxWarps = 16;
+inline constexpr int kGemvRoundBytes = 64;
 
 // Warps per tile of output columns for a product of num_tiles tiles of `steps` steps each, a warp
 // issuing the loads of steps_per_round steps at once: from (N, K, device) only, never from M (batch

@@ -56,7 +56,6 @@ namespace {
 constexpr int kTileRows = 16;  // rows of W (columns of out) per block: the mma's M
 constexpr int kXRows = 8;      // rows of x: the mma's N
 constexpr int kMaxWarps = kGemvMaxWarps;
-constexpr int kRoundBytes = 64;  // bytes of W a lane has in flight (gemv.cu's measured round)
 // Where the tiles are many (more than 8 blocks an SM), a warp runs at least kManyTilesRounds rounds:
 // fewer, longer warps pay the prologue and the partial sums less often (H200, gate|up [24576, 4096]:
 // fp8 31.8 -> 29.1 us, int4 32.6 -> 27.9 us); with few tiles that cost more than it saved (o [4096,
@@ -69,7 +68,7 @@ constexpr int kElemsPerByte = F == QuantFormat::kInt4 ? 2 : 1;
 // Steps a warp loads at once: two rows of kLaneBytes each per step (64 bytes a lane), but at most 2
 // for int4 pieces under 16 bytes (their scales and zero points per step spilled past 64 registers).
 template <QuantFormat F, int kLaneBytes>
-constexpr int kUnroll = F == QuantFormat::kInt4 && kLaneBytes < 16 ? 2 : kRoundBytes / (2 * kLaneBytes);
+constexpr int kUnroll = F == QuantFormat::kInt4 && kLaneBytes < 16 ? 2 : kGemvRoundBytes / (2 * kLaneBytes);
 
 // One lane's piece of W for one step, as loaded: kBytes / 4 words, read once, past L1.
 template <int kBytes>
