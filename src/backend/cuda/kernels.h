@@ -217,7 +217,13 @@ struct GdnDeltaArgs {
   // kAuto: sequences of at least this many tokens take the chunked kernel (0: gdn.cu's default;
   // INT64_MAX: never). KernelOptions' gdn_chunked / gdn_chunked_min_tokens.
   int64_t auto_chunked_min_tokens = 0;
+  // f32 scratch of the chunked form (gdn.cu: the state-independent quantities of every chunk), at least
+  // gdn_chunk_scratch_floats(args) floats; may be null where that is 0.
+  float* chunk_scratch = nullptr;
+  int64_t chunk_scratch_floats = 0;
 };
+// The scratch a launch with these args needs (0: no sequence can take the chunked form).
+int64_t gdn_chunk_scratch_floats(const GdnDeltaArgs& args);
 cudaError_t launch_gdn_delta_rule(DType dtype, const GdnDeltaArgs& args, cudaStream_t stream);
 
 // out = cast(cast(w * cast(x * rsqrt(mean(x^2) + eps))) * silu(z)) per row; w [row_size].
