@@ -254,15 +254,16 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDel
 // Thread maps of the prep (lane = threadIdx % 32, warp = threadIdx / 32; the scan's are above it):
 //   token rows   t = warp + 8m (m < 8): q, k and a, b loads (the scan's q and k too), A, P
 //   A, P         columns s = lane + 32i (i < 2)
-//   solve        16-row blocks: the rows below the block from all warps, the block itself by warp 0
+//   solve        16-row blocks: the rows below the block from all warps, the block itself by warps 0, 1
 // q and k rows are padded to dk + 4 floats: 16-byte rows for float4 reads, and the lanes' float4
 // reads of 8 consecutive rows hit distinct banks when dk % 8 == 0.
 
 constexpr int kChunkTokens = 64;  // C, as the CPU's kGdnChunkSize
-constexpr int kSolveCols = 32;    // identity columns per pass of the prep's solve: one per lane
 constexpr int kScanCols = 16;     // value columns per scan block
-constexpr int kScanRowGroups = 256 / kScanCols;               // threads per column: 16
-constexpr int kScanRows = 64 / kScanRowGroups;                // token rows per thread: 4
+constexpr int kScanWarps = 16;
+constexpr int kScanThreads = kScanWarps * 32;
+constexpr int kScanRowGroups = kScanThreads / kScanCols;      // threads per column: 32
+constexpr int kScanRows = 64 / kScanRowGroups;                // token rows per thread: 2
 constexpr int kChunkWarps = 8;
 constexpr int kChunkThreads = kChunkWarps * 32;
 constexpr int kChunkRowsPerWarp = kChunkTokens / kChunkWarps;  // 8
@@ -271,7 +272,7 @@ constexpr int kLaneDims = kChunkMaxDk / 32;                     // q/k elements 
 constexpr int kSolveBlock = 16;
 constexpr int64_t kChunkedMinTokens = 16;  // default routing threshold (GdnDeltaArgs::auto_chunked_min_tokens)
 static_assert(kChunkTokens % kChunkWarps == 0 && kChunkTokens % kSolveBlock == 0 && kChunkTokens == 2 * 32);
-static_assert(kScanRowGroups * kScanCols == 256 && kChunkMaxDk <= 2 * 4 * kScanRowGroups, "the scan's maps");
+static_assert(kScanRowGroups * kScanCols == kScanThreads && kChunkMaxDk == 4 * kScanRowGroups, "the scan's maps");
 
 // The prep kernel's output per (chunk, value head), floats, in this order (the scan copies it whole):
 // Tinv [C][C] (rows past n: identity), P [C][C], e^gamma, e^(gamma_L - gamma), beta, q_inv, k_inv [C].
@@ -282,10 +283,10 @@ constexpr int kScratchFloats = kScratchKinv + kChunkTokens;
 static_assert(kScratchFloats % 4 == 0, "copied as 16-byte pieces");
 
 // Shared memory (floats; every array starts 16-byte aligned when dk % 4 == 0).
-// prep: q, k [C][dk + 4]; A [C][C]; the solve's columns [C][32]; gamma, beta [C].
+// prep: q, k [C][dk + 4]; A [C][C]; the solve's columns [C][C]; gamma, beta [C].
 // scan: the chunk's scratch; q, k [C][dk + 4]; S tile [dk][16]; right-hand side and X [C][16] each.
 __host__ __device__ constexpr int64_t chunk_prep_smem_floats(int64_t dk) {
-  return 2 * kChunkTokens * (dk + 4) + kChunkTokens * kChunkTokens + kChunkTokens * kSolveCols + 2 * kChunkTokens;
+  return 2 * kChunkTokens * (dk + 4) + 2 * kChunkTokens * kChunkTokens + 2 * kChunkTokens;
 }
 __host__ __device__ constexpr int64_t chunk_scan_smem_floats(int64_t dk) {
   return kScratchFloats + 2 * kChunkTokens * (dk + 4) + dk * kScanCols + 2 * kChunkTokens * kScanCols;
@@ -313,13 +314,13 @@ __device__ __forceinline__ int64_t chunks_before(const GdnSeqs& seqs, int64_t s,
 
 // A chunk's raw q and k rows (n rows from token row `row0`, key head kh), this warp's rows t = warp + 8m,
 // this lane's dims d = lane + 32e, all loads in flight at once; zeros past n and dk.
-template <typename T>
+template <typename T, int kWarps>
 __device__ __forceinline__ void load_chunk_qk(const GdnDeltaArgs& a, int64_t row0, int n, int64_t kh, int warp, int lane,
-                                              float (&qv)[kChunkRowsPerWarp][kLaneDims],
-                                              float (&kv)[kChunkRowsPerWarp][kLaneDims]) {
+                                              float (&qv)[kChunkTokens / kWarps][kLaneDims],
+                                              float (&kv)[kChunkTokens / kWarps][kLaneDims]) {
 #pragma unroll
-  for (int m = 0; m < kChunkRowsPerWarp; ++m) {
-    const int t = warp + kChunkWarps * m;
+  for (int m = 0; m < kChunkTokens / kWarps; ++m) {
+    const int t = warp + kWarps * m;
     const T* q_row = t < n ? row_ptr<const T>(a.q, (row0 + t) * a.num_k_heads + kh) : nullptr;
     const T* k_row = t < n ? row_ptr<const T>(a.k, (row0 + t) * a.num_k_heads + kh) : nullptr;
 #pragma unroll
@@ -376,15 +377,15 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_prep_kernel(GdnDel
   float* qs = chunk_shared;           // [C][ks] normalised, scaled q
   float* kks = qs + C * ks;           // [C][ks] normalised k
   float* attn = kks + C * ks;         // [C][C] A (strictly lower)
-  float* xs = attn + C * C;           // [C][32] columns of the solve
-  float* gamma_s = xs + C * kSolveCols;  // [C] g, then its cumsum
+  float* xs = attn + C * C;           // [C][C] the solve's columns
+  float* gamma_s = xs + C * C;        // [C] g, then its cumsum
   float* beta_s = gamma_s + C;        // [C]
 
   // (1) The chunk's tokens: every load of the warp's 8 rows at once, then the norms row by row.
   {
     float qv[kChunkRowsPerWarp][kLaneDims], kv[kChunkRowsPerWarp][kLaneDims], av[kChunkRowsPerWarp],
         bv[kChunkRowsPerWarp];
-    load_chunk_qk<T>(a, first + c0, n, kh, warp, lane, qv, kv);
+    load_chunk_qk<T, kChunkWarps>(a, first + c0, n, kh, warp, lane, qv, kv);
 #pragma unroll
     for (int m = 0; m < kChunkRowsPerWarp; ++m) {
       const int t = warp + kChunkWarps * m;
@@ -474,51 +475,57 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_prep_kernel(GdnDel
     }
   }
 
-  // (4) Tinv = (I + A)^-1, 32 columns at a time: (I + A) X = the identity's columns, in 16-row blocks.
-  // Each X[t] subtracts A[t,s] X[s] for s = 0 .. t-1 in order.
-  for (int col0 = 0; col0 < C; col0 += kSolveCols) {
+  // (4) Tinv = (I + A)^-1: (I + A) X = the identity, in 16-row blocks, a lane owning columns lane and
+  // lane + 32. Each X[t] subtracts A[t,s] X[s] for s = 0 .. t-1 in order.
 #pragma unroll
-    for (int m = 0; m < kChunkRowsPerWarp; ++m) {
-      const int t = warp + kChunkWarps * m;
-      xs[t * kSolveCols + lane] = t == col0 + lane ? 1.0f : 0.0f;
-    }
-    __syncthreads();  // A complete (first pass); the columns set
-    for (int r0 = 0; r0 < n; r0 += kSolveBlock) {  // n is uniform: every thread takes every sync
-      if (r0 > 0) {  // the finished rows [0, r0) out of rows [r0, r0 + 16), two rows per warp
-        for (int row = warp; row < kSolveBlock; row += kChunkWarps) {
-          const int t = r0 + row;  // < C: r0 < n <= C and r0 % 16 == 0
-          float x = xs[t * kSolveCols + lane];
-          for (int c = 0; c < r0; ++c) x = fmaf(-attn[t * C + c], xs[c * kSolveCols + lane], x);
-          xs[t * kSolveCols + lane] = x;
+  for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+    const int t = warp + kChunkWarps * m;
+    xs[t * C + lane] = t == lane ? 1.0f : 0.0f;
+    xs[t * C + 32 + lane] = t == 32 + lane ? 1.0f : 0.0f;
+  }
+  __syncthreads();  // A complete; the columns set
+  for (int r0 = 0; r0 < n; r0 += kSolveBlock) {  // n is uniform: every thread takes every sync
+    if (r0 > 0) {  // the finished rows [0, r0) out of rows [r0, r0 + 16), two rows per warp
+      for (int row = warp; row < kSolveBlock; row += kChunkWarps) {
+        const int t = r0 + row;  // < C: r0 < n <= C and r0 % 16 == 0
+        float x0 = xs[t * C + lane], x1 = xs[t * C + 32 + lane];
+        for (int c = 0; c < r0; ++c) {
+          const float a_tc = attn[t * C + c];
+          x0 = fmaf(-a_tc, xs[c * C + lane], x0);
+          x1 = fmaf(-a_tc, xs[c * C + 32 + lane], x1);
         }
-        __syncthreads();
-      }
-      if (warp == 0) {  // the 16 x 16 diagonal block: lane owns its column, so no sync inside
-        const int end = r0 + kSolveBlock < n ? r0 + kSolveBlock : n;
-        for (int t = r0 + 1; t < end; ++t) {
-          float x = xs[t * kSolveCols + lane];
-          for (int c = r0; c < t; ++c) x = fmaf(-attn[t * C + c], xs[c * kSolveCols + lane], x);
-          xs[t * kSolveCols + lane] = x;
-        }
+        xs[t * C + lane] = x0;
+        xs[t * C + 32 + lane] = x1;
       }
       __syncthreads();
     }
-#pragma unroll
-    for (int m = 0; m < kChunkRowsPerWarp; ++m) {
-      const int t = warp + kChunkWarps * m;
-      out[kScratchTinv + t * C + col0 + lane] = xs[t * kSolveCols + lane];
+    if (warp < 2) {  // the 16 x 16 diagonal block, warp w on columns 32w + lane: no sync inside
+      const int end = r0 + kSolveBlock < n ? r0 + kSolveBlock : n;
+      const int column = 32 * warp + lane;
+      for (int t = r0 + 1; t < end; ++t) {
+        float x = xs[t * C + column];
+        for (int c = r0; c < t; ++c) x = fmaf(-attn[t * C + c], xs[c * C + column], x);
+        xs[t * C + column] = x;
+      }
     }
-    __syncthreads();  // the next pass overwrites the columns
+    __syncthreads();
+  }
+#pragma unroll
+  for (int m = 0; m < kChunkRowsPerWarp; ++m) {
+    const int t = warp + kChunkWarps * m;
+    out[kScratchTinv + t * C + lane] = xs[t * C + lane];
+    out[kScratchTinv + t * C + 32 + lane] = xs[t * C + 32 + lane];
   }
 }
 
-// Block (sequence, value head, 16-column tile of dv): the sequence's chunks in order. Thread (row
-// group r = threadIdx / 16, column c = threadIdx % 16) owns value column j = tile * 16 + c and token
-// rows t = r + 16m (m < 4); in the S update, rows d = 4 (r + 16m) + q (m < 2, q < 4) of the tile.
-// (16 columns, not 32: 8 blocks a head instead of 4, so a 16-head layer fills 128 SMs, and a thread
-// computes half the rows.)
+// Block (sequence, value head, 16-column tile of dv), 16 warps: the sequence's chunks in order.
+// Thread (row group r = threadIdx / 16, column c = threadIdx % 16) owns value column j = tile * 16 + c
+// and token rows t = r + 32m (m < 2); in the S update, rows d = 4r + q (q < 4) of the tile. q and k
+// rows are loaded and normalised with the prep's warp map over 16 warps. (A 16-head layer fills 128
+// SMs with 8 blocks a head; the products of a chunk are latency-bound, so each thread holds few rows
+// and 16 warps share an SM.)
 template <typename T>
-__global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_scan_kernel(GdnDeltaArgs a, int64_t chunked_from) {
+__global__ void __launch_bounds__(kScanThreads, 1) gdn_chunk_scan_kernel(GdnDeltaArgs a, int64_t chunked_from) {
   extern __shared__ __align__(16) float chunk_shared[];
   constexpr int C = kChunkTokens, W = kScanCols;
   const int64_t s = blockIdx.x, h = blockIdx.y;
@@ -550,10 +557,11 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_scan_kernel(GdnDel
     // (1) Every load of the chunk at once: its scratch (cp.async), q and k rows (the prep's warp map),
     // this thread's v values.
     const float* scratch = a.chunk_scratch + (chunk * a.num_v_heads + h) * kScratchFloats;
-    for (int i = threadIdx.x; i < kScratchFloats / 4; i += kChunkThreads) cp_async<16>(sc + 4 * i, scratch + 4 * i, true);
+    for (int i = threadIdx.x; i < kScratchFloats / 4; i += kScanThreads) cp_async<16>(sc + 4 * i, scratch + 4 * i, true);
     cp_async_commit();
-    float qv[kChunkRowsPerWarp][kLaneDims], kv[kChunkRowsPerWarp][kLaneDims], vv[kScanRows];
-    load_chunk_qk<T>(a, first + c0, n, kh, warp, lane, qv, kv);
+    constexpr int kWarpRows = kChunkTokens / kScanWarps;
+    float qv[kWarpRows][kLaneDims], kv[kWarpRows][kLaneDims], vv[kScanRows];
+    load_chunk_qk<T, kScanWarps>(a, first + c0, n, kh, warp, lane, qv, kv);
 #pragma unroll
     for (int m = 0; m < kScanRows; ++m) {
       const int t = r + kScanRowGroups * m;
@@ -562,8 +570,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_scan_kernel(GdnDel
     cp_async_wait<0>();
     __syncthreads();  // the scratch has landed for every thread
 #pragma unroll
-    for (int m = 0; m < kChunkRowsPerWarp; ++m) {
-      const int t = warp + kChunkWarps * m;
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int t = warp + kScanWarps * m;
       store_normalised_row(qs + t * ks, kks + t * ks, qv[m], kv[m], sc[kScratchQinv + t], sc[kScratchKinv + t],
                            a.q_scale, dk, lane);
     }
@@ -635,38 +643,25 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_scan_kernel(GdnDel
       if (t < n && column) row_ptr<T>(a.out, (first + c0 + t) * a.num_v_heads + h)[j] = from_f32<T>(o[m]);
     }
 
-    // (5) S <- e^gamma_L S + sum_t k_t (e^(gamma_L - gamma_t) x_t)^T. Each thread owns its 8 entries
+    // (5) S <- e^gamma_L S + sum_t k_t (e^(gamma_L - gamma_t) x_t)^T. Each thread owns its 4 entries
     // of the tile; (4) reads no S, and the next chunk's (2) reads it after the syncs of (1).
     {
       const float e_last = sc[kScratchEg + n - 1];
-      float acc[2][4];
+      const int d = 4 * r;
+      float acc[4];
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int d = 4 * (r + kScanRowGroups * m);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[m][q] = d < dk ? __fmul_rn(Ss[(d + q) * W + col], e_last) : 0.0f;
-      }
-      for (int t = 0; t < n; ++t) {
-        const float x = __fmul_rn(xs[t * W + col], sc[kScratchTail + t]);
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          const int d = 4 * (r + kScanRowGroups * m);
-          if (d < dk) {
-            const float4 kt = *reinterpret_cast<const float4*>(kks + t * ks + d);
-            acc[m][0] = fmaf(kt.x, x, acc[m][0]);
-            acc[m][1] = fmaf(kt.y, x, acc[m][1]);
-            acc[m][2] = fmaf(kt.z, x, acc[m][2]);
-            acc[m][3] = fmaf(kt.w, x, acc[m][3]);
-          }
+      for (int q = 0; q < 4; ++q) acc[q] = d < dk ? __fmul_rn(Ss[(d + q) * W + col], e_last) : 0.0f;
+      if (d < dk) {
+        for (int t = 0; t < n; ++t) {
+          const float x = __fmul_rn(xs[t * W + col], sc[kScratchTail + t]);
+          const float4 kt = *reinterpret_cast<const float4*>(kks + t * ks + d);
+          acc[0] = fmaf(kt.x, x, acc[0]);
+          acc[1] = fmaf(kt.y, x, acc[1]);
+          acc[2] = fmaf(kt.z, x, acc[2]);
+          acc[3] = fmaf(kt.w, x, acc[3]);
         }
-      }
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int d = 4 * (r + kScanRowGroups * m);
-        if (d < dk) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) Ss[(d + q) * W + col] = acc[m][q];
-        }
+        for (int q = 0; q < 4; ++q) Ss[(d + q) * W + col] = acc[q];
       }
     }
     // (6) A prefix-cache checkpoint at this chunk's end: the tile as it stands (uniform over the block).
@@ -764,7 +759,7 @@ cudaError_t launch_chunked(const GdnDeltaArgs& args, int64_t chunked_from, int64
   if (status != cudaSuccess) return status;
   const dim3 scan_grid(static_cast<unsigned>(args.seqs.num_seqs), static_cast<unsigned>(args.num_v_heads),
                        blocks_for(args.dv, kScanCols));
-  gdn_chunk_scan_kernel<T><<<scan_grid, kChunkThreads, static_cast<size_t>(scan_smem), stream>>>(args, chunked_from);
+  gdn_chunk_scan_kernel<T><<<scan_grid, kScanThreads, static_cast<size_t>(scan_smem), stream>>>(args, chunked_from);
   return cudaGetLastError();
 }
 
