@@ -284,12 +284,13 @@ static_assert(kScratchFloats % 4 == 0, "copied as 16-byte pieces");
 
 // Shared memory (floats; every array starts 16-byte aligned when dk % 4 == 0).
 // prep: q, k [C][dk + 4]; A [C][C]; the solve's columns [C][C]; gamma, beta [C].
-// scan: the chunk's scratch; q, k [C][dk + 4]; S tile [dk][16]; right-hand side and X [C][16] each.
+// scan: two chunks' scratch (this one's, the next one's in flight); q, k [C][dk + 4]; S tile [dk][16];
+// right-hand side and X [C][16] each.
 __host__ __device__ constexpr int64_t chunk_prep_smem_floats(int64_t dk) {
   return 2 * kChunkTokens * (dk + 4) + 2 * kChunkTokens * kChunkTokens + 2 * kChunkTokens;
 }
 __host__ __device__ constexpr int64_t chunk_scan_smem_floats(int64_t dk) {
-  return kScratchFloats + 2 * kChunkTokens * (dk + 4) + dk * kScanCols + 2 * kChunkTokens * kScanCols;
+  return 2 * kScratchFloats + 2 * kChunkTokens * (dk + 4) + dk * kScanCols + 2 * kChunkTokens * kScanCols;
 }
 
 __device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
@@ -540,8 +541,8 @@ __global__ void __launch_bounds__(kScanThreads, 1) gdn_chunk_scan_kernel(GdnDelt
   if (!takes_chunked(length, chunked_from)) return;  // uniform over the block
   const int64_t first_chunk = chunks_before(a.seqs, s, chunked_from);
 
-  float* sc = chunk_shared;              // the chunk's scratch (layout above)
-  float* qs = sc + kScratchFloats;       // [C][ks] normalised, scaled q
+  // chunk_shared: two scratch buffers (chunks alternate), then:
+  float* qs = chunk_shared + 2 * kScratchFloats;  // [C][ks] normalised, scaled q
   float* kks = qs + C * ks;              // [C][ks] normalised k
   float* Ss = kks + C * ks;              // [dk][W] the state tile
   float* rhs = Ss + dk * W;              // [C][W] right-hand side
@@ -551,31 +552,43 @@ __global__ void __launch_bounds__(kScanThreads, 1) gdn_chunk_scan_kernel(GdnDelt
   float* S = a.state + (checked_slot(a.seqs, s) * a.num_v_heads + h) * a.dk * dv;
   for (int d = r; d < dk; d += kScanRowGroups) Ss[d * W + col] = column ? S[d * dv + j] : 0.0f;
 
-  for (int64_t c0 = 0, chunk = first_chunk; c0 < length; c0 += C, ++chunk) {
-    const int n = static_cast<int>(length - c0 < C ? length - c0 : C);  // tokens in this chunk
-    __syncthreads();  // the previous chunk is done with every shared array but the tile
-    // (1) Every load of the chunk at once: its scratch (cp.async), q and k rows (the prep's warp map),
-    // this thread's v values.
+  // A chunk's loads: its scratch into a buffer (cp.async), its q and k rows (the prep's warp map) and
+  // this thread's v values into registers. The next chunk's are issued before this chunk's products,
+  // so their latency hides under them.
+  constexpr int kWarpRows = kChunkTokens / kScanWarps;
+  float qv[kWarpRows][kLaneDims], kv[kWarpRows][kLaneDims], vv[kScanRows];
+  auto issue_loads = [&](int64_t c0, int64_t chunk, float* buffer) {
+    const int n = static_cast<int>(length - c0 < C ? length - c0 : C);
     const float* scratch = a.chunk_scratch + (chunk * a.num_v_heads + h) * kScratchFloats;
-    for (int i = threadIdx.x; i < kScratchFloats / 4; i += kScanThreads) cp_async<16>(sc + 4 * i, scratch + 4 * i, true);
+    for (int i = threadIdx.x; i < kScratchFloats / 4; i += kScanThreads) cp_async<16>(buffer + 4 * i, scratch + 4 * i, true);
     cp_async_commit();
-    constexpr int kWarpRows = kChunkTokens / kScanWarps;
-    float qv[kWarpRows][kLaneDims], kv[kWarpRows][kLaneDims], vv[kScanRows];
     load_chunk_qk<T, kScanWarps>(a, first + c0, n, kh, warp, lane, qv, kv);
 #pragma unroll
     for (int m = 0; m < kScanRows; ++m) {
       const int t = r + kScanRowGroups * m;
       vv[m] = t < n && column ? to_f32(row_ptr<const T>(a.v, (first + c0 + t) * a.num_v_heads + h)[j]) : 0.0f;
     }
+  };
+  issue_loads(0, first_chunk, chunk_shared);
+
+  int parity = 0;
+  for (int64_t c0 = 0, chunk = first_chunk; c0 < length; c0 += C, ++chunk, parity ^= 1) {
+    const int n = static_cast<int>(length - c0 < C ? length - c0 : C);  // tokens in this chunk
+    const float* sc = chunk_shared + parity * kScratchFloats;           // this chunk's scratch
+    // (1) This chunk's loads landed (issued one chunk ahead); q and k normalised into shared rows.
     cp_async_wait<0>();
-    __syncthreads();  // the scratch has landed for every thread
+    __syncthreads();  // the scratch has landed for every thread; the previous chunk is done with q, k, X
 #pragma unroll
     for (int m = 0; m < kWarpRows; ++m) {
       const int t = warp + kScanWarps * m;
       store_normalised_row(qs + t * ks, kks + t * ks, qv[m], kv[m], sc[kScratchQinv + t], sc[kScratchKinv + t],
                            a.q_scale, dk, lane);
     }
-    __syncthreads();  // q and k complete
+    float v_now[kScanRows];
+#pragma unroll
+    for (int m = 0; m < kScanRows; ++m) v_now[m] = vv[m];
+    __syncthreads();  // q and k complete; the other buffer is free (the previous chunk is done with it)
+    if (c0 + C < length) issue_loads(c0 + C, chunk + 1, chunk_shared + (parity ^ 1) * kScratchFloats);
 
     // (2) K S and Q S for the tile: the right-hand side beta (v - e^gamma S^T k), and the inter-chunk
     // output e^gamma S^T q kept in registers for (4).
@@ -601,7 +614,7 @@ __global__ void __launch_bounds__(kScanThreads, 1) gdn_chunk_scan_kernel(GdnDelt
         float value = 0.0f;
         if (t < n) {
           const float beta = sc[kScratchBeta + t], eg = sc[kScratchEg + t];
-          value = __fsub_rn(__fmul_rn(beta, vv[m]), __fmul_rn(__fmul_rn(beta, eg), acc_k[m]));
+          value = __fsub_rn(__fmul_rn(beta, v_now[m]), __fmul_rn(__fmul_rn(beta, eg), acc_k[m]));
           o[m] = __fmul_rn(eg, o[m]);
         }
         rhs[t * W + col] = value;
