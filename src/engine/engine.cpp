@@ -139,6 +139,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
   EngineConfig config = config_in;
   if (config.block_size < 1 || config.block_size > 1024)
     return invalid_argument("[engine] --block-size must be in [1, 1024], got {}", config.block_size);
+  if (config.long_prefill_token_threshold < 0 || config.max_num_partial_prefills < 0 || config.max_long_partial_prefills < 0)
+    return invalid_argument("[engine] --long-prefill-token-threshold, --max-num-partial-prefills and "
+                            "--max-long-partial-prefills must be >= 0, got {}, {} and {}",
+                            config.long_prefill_token_threshold, config.max_num_partial_prefills,
+                            config.max_long_partial_prefills);
+  if (config.max_num_partial_prefills > 0 && config.max_long_partial_prefills > config.max_num_partial_prefills)
+    return invalid_argument("[engine] --max-long-partial-prefills {} must not exceed --max-num-partial-prefills {}",
+                            config.max_long_partial_prefills, config.max_num_partial_prefills);
   MemorySpec spec = model->memory_spec();
   // A hybrid model's speculative row must run the recurrent form, which keeps the state after each draft.
   if (spec.is_hybrid() && config.speculative.num_speculative_tokens + 1 >= kGdnMinChunkedTokens)
@@ -207,6 +215,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
       max_tokens_for_blocks(groups.windows, num_blocks, config.block_size, std::max(max_step_tokens, 1),
                             std::max<int64_t>({model_limit, config.max_model_len, num_blocks * config.block_size}));
   if (config.max_model_len <= 0) config.max_model_len = static_cast<int>(std::min(model_limit, cache_tokens));
+  // Concurrent partial prefills need a length past which a prompt is long: vLLM's default, 4% of
+  // max_model_len. (A lower per-step cap than the one sized above only lowers what a request needs.)
+  if (config.max_num_partial_prefills > 1 && config.long_prefill_token_threshold == 0) {
+    config.long_prefill_token_threshold = std::max(1, config.max_model_len * 4 / 100);
+    LOG_INFO("[engine] --max-num-partial-prefills {}: long prompts are those past {} tokens (4% of max_model_len)",
+             config.max_num_partial_prefills, config.long_prefill_token_threshold);
+  }
   if (config.max_model_len > cache_tokens)
     return invalid_argument("[engine] max_model_len {} needs more KV cache than the budget gives ({} tokens); "
                             "lower --max-model-len or raise --kv-cache-memory", config.max_model_len, cache_tokens);
@@ -242,6 +257,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, std
   sched.max_model_len = config.max_model_len;
   sched.enable_prefix_caching = config.enable_prefix_caching;
   sched.long_prefill_token_threshold = config.long_prefill_token_threshold;
+  sched.max_num_partial_prefills = config.max_num_partial_prefills;
+  sched.max_long_partial_prefills = config.max_long_partial_prefills;
   sched.kv_group_windows = kv_cache_groups_of(model_->memory_spec()).windows;
   if (model_->memory_spec().is_hybrid()) {  // GDN chunks and prefix-cache checkpoints (engine/state_memory.h)
     sched.gdn_chunk_tokens = kGdnChunkTokens;

@@ -60,6 +60,9 @@ struct EngineConfig {
   int num_state_checkpoints = 0;
   int max_waiting = 4096;             // submitted but unfinished requests at most (then 429)
   int long_prefill_token_threshold = 0;
+  // Concurrent partial prefills (sched/scheduler.h; vLLM's flags, 0 = no limit).
+  int max_num_partial_prefills = 0;
+  int max_long_partial_prefills = 0;
   // Plan step N+1 while step N runs on the device (1), or commit each step first (0); -1: on for
   // GPUs, off on the CPU (whose steps run inline: planning ahead would only delay each token).
   int async_scheduling = -1;

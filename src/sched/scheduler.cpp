@@ -21,6 +21,14 @@ Status SchedulerConfig::validate() const {
     return invalid_argument("[scheduler] long_prefill_token_threshold must be >= 0, got {}",
                             long_prefill_token_threshold);
   }
+  if (max_num_partial_prefills < 0 || max_long_partial_prefills < 0) {
+    return invalid_argument("[scheduler] max_num_partial_prefills and max_long_partial_prefills must be >= 0, got {} and {}",
+                            max_num_partial_prefills, max_long_partial_prefills);
+  }
+  if (max_num_partial_prefills > 0 && max_long_partial_prefills > max_num_partial_prefills) {
+    return invalid_argument("[scheduler] max_long_partial_prefills ({}) must not exceed max_num_partial_prefills ({})",
+                            max_long_partial_prefills, max_num_partial_prefills);
+  }
   if (gdn_chunk_tokens < 0) return invalid_argument("[scheduler] gdn_chunk_tokens must be >= 0, got {}", gdn_chunk_tokens);
   if (gdn_chunk_tokens > 0 && enable_prefix_caching &&
       (num_state_checkpoints < 1 || checkpoint_interval_tokens % gdn_chunk_tokens != 0 ||
@@ -185,10 +193,27 @@ void Scheduler::schedule_running(std::vector<Scheduled>& scheduled, int& budget,
   }
 }
 
+bool Scheduler::is_long_prompt(const Request& request) const {
+  return config_.long_prefill_token_threshold > 0 && request.num_tokens() > config_.long_prefill_token_threshold;
+}
+
 void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
-    Request* request = waiting_.front();
+  // The running requests' prompts this step leaves unfinished, all and long ones (partial-prefill limits).
+  const int max_partial = config_.max_num_partial_prefills, max_long = config_.max_long_partial_prefills;
+  int num_partial = 0, num_long_partial = 0;
+  if (max_partial > 0 || max_long > 0) {
+    for (const Request* request : running_) {
+      const auto it = std::find_if(scheduled.begin(), scheduled.end(),
+                                   [request](const Scheduled& s) { return s.request == request; });
+      const int num_inputs = it == scheduled.end() ? 0 : it->num_new_tokens - static_cast<int>(it->drafts.size());
+      if (request->num_tokens_computed() + num_inputs >= request->num_tokens()) continue;
+      ++num_partial;
+      if (is_long_prompt(*request)) ++num_long_partial;
+    }
+  }
+  size_t next = 0;  // waiting_[next] is considered next; the ones before it were passed over
+  while (next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request* request = waiting_[next];
     // Preempted while a step samples for it: it resumes with that token, after the step's commit.
     if (request->num_output_placeholders() > 0) break;
     // prompt_logprobs need the logits of every prompt position: no cached prefix skips them (as vLLM).
@@ -201,14 +226,25 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
         std::min({num_missing_tokens, budget,
                   config_.long_prefill_token_threshold > 0 ? config_.long_prefill_token_threshold : budget}),
         num_missing_tokens);
-    if (num_new_tokens == 0 || !kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
-      break;  // FIFO: a later, smaller request does not overtake the head of the queue
+    const bool left_partial = num_new_tokens < num_missing_tokens;
+    const bool long_prompt = is_long_prompt(*request);
+    if (left_partial && long_prompt && max_long > 0 && num_long_partial >= max_long) {
+      ++next;  // long prompts are at their limit: shorter ones behind this one may start
+      continue;
     }
-    waiting_.pop_front();
+    if (left_partial && max_partial > 0 && num_partial >= max_partial) break;
+    if (num_new_tokens == 0 || !kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
+      break;  // FIFO: a later, smaller request does not overtake this one
+    }
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     request->admit(num_tokens_computed);
     running_.push_back(request);
     scheduled.push_back({request, num_new_tokens, /*is_new=*/true, prefix.state_checkpoint});
     budget -= num_new_tokens;
+    if (left_partial) {
+      ++num_partial;
+      if (long_prompt) ++num_long_partial;
+    }
   }
 }
 

@@ -15,7 +15,11 @@
 //      until the allocation fits or the request preempted is the one asking.
 //   2. if nothing was preempted: waiting requests in queue order (FIFO, no overtaking) while
 //      budget > 0, running < max_num_seqs and the cache can hold them. Each starts after its cached
-//      prefix (prefix caching) and is chunked when it does not fit the budget left.
+//      prefix (prefix caching) and is chunked when it does not fit the budget left. With
+//      max_num_partial_prefills, admission stops once that many prompts would be left unfinished by
+//      the step; with max_long_partial_prefills, a prompt longer than long_prefill_token_threshold
+//      is passed over (it keeps its place) while that many long prompts are unfinished, so shorter
+//      prompts behind it start: the one exception to FIFO (vLLM's concurrent partial prefills).
 //
 // Token budget example (max_num_batched_tokens = 8, A and B decoding, C a 20-token prompt):
 //   step 1: A 1, B 1, C 6 (C[0..6))   step 2: A 1, B 1, C 6 (C[6..12))   step 3: A 1, B 1, C 6
@@ -63,6 +67,11 @@ struct SchedulerConfig {
   int max_model_len = 4096;           // prompt + max_tokens at most
   bool enable_prefix_caching = true;  // off for hybrid models
   int long_prefill_token_threshold = 0;  // > 0: at most this many tokens per request per step
+  // Concurrent partial prefills (vLLM's names; 0 = no limit, pagellm's default): prompts left
+  // unfinished by a step at most, and of those, prompts longer than long_prefill_token_threshold at
+  // most (admission order above). max_long_partial_prefills <= max_num_partial_prefills when both are set.
+  int max_num_partial_prefills = 0;
+  int max_long_partial_prefills = 0;
   // KV cache groups (cache/kv_cache_groups.h): the window of each, kFullAttention (-1) for full
   // attention. Empty = one full-attention group. Each row of a plan carries one block table per group.
   std::vector<int32_t> kv_group_windows;
@@ -179,6 +188,8 @@ class Scheduler {
   void commit_sampled(Request* request, const ScheduledRequest& row, std::span<const SampledToken> sampled,
                       std::vector<RequestUpdate>& updates);
   void admit_waiting(std::vector<Scheduled>& scheduled, int& budget);
+  // A prompt past long_prefill_token_threshold (max_long_partial_prefills counts these).
+  bool is_long_prompt(const Request& request) const;
   void preempt(Request* victim, std::vector<Scheduled>& scheduled, int& budget, StepPlan& plan);
   ScheduledRequest make_row(const Scheduled& entry);  // reserves the row's GDN checkpoints
   void finish(Request* request, FinishReason reason);

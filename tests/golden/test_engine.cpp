@@ -263,6 +263,49 @@ TEST(Engine, RejectsBadRequestsUpFront) {
   EXPECT_FALSE(llm->engine().submit(std::move(bad_p)).has_value());
 }
 
+// vLLM's concurrent partial prefills: with at most one long prompt unfinished at a time and 8 tokens
+// a step, every prompt (long ones behind shorter ones included) still gives transformers' tokens.
+TEST_P(EngineModes, PartialPrefillLimitsKeepTheGoldenTokens) {
+  const std::vector<GoldenCase> cases = read_golden_cases(kModel);
+  EngineConfig config;
+  config.max_num_batched_tokens = 8;
+  config.long_prefill_token_threshold = 4;
+  config.max_num_partial_prefills = 2;
+  config.max_long_partial_prefills = 1;
+  config.async_scheduling = GetParam();
+  auto llm = make_test_llm(kModel, config);
+  ASSERT_TRUE(llm);
+  std::vector<GenerateRequest> requests;
+  for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+  auto outs = llm->generate(std::move(requests));
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
+  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+}
+
+TEST(Engine, PartialPrefillFlagsOutOfRangeAreOneLineErrors) {
+  EngineConfig config;
+  config.model_dir = kModel.string();
+  config.device = "cpu";
+  config.kv_cache_memory_bytes = 64 << 20;
+  config.max_num_partial_prefills = 1;
+  config.max_long_partial_prefills = 2;
+  auto too_many = LLM::load(config);
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.status().message(), "[engine] --max-long-partial-prefills 2 must not exceed --max-num-partial-prefills 1");
+  config.max_long_partial_prefills = 0;
+  config.max_num_partial_prefills = -1;
+  auto negative = LLM::load(config);
+  ASSERT_FALSE(negative.has_value());
+  EXPECT_NE(negative.status().message().find("must be >= 0, got 0, -1 and 0"), std::string::npos)
+      << negative.status().message();
+  // Above 1 with no threshold, long prompts are those past 4% of max_model_len (vLLM's default).
+  config.max_num_partial_prefills = 4;
+  config.max_model_len = 200;
+  auto defaulted = LLM::load(config);
+  ASSERT_TRUE(defaulted.has_value()) << defaulted.status().message();
+  EXPECT_EQ((*defaulted)->engine().config().long_prefill_token_threshold, 8);
+}
+
 TEST_P(EngineModes, AbortFreesBlocks) {
   EngineConfig config;
   config.async_scheduling = GetParam();

@@ -1,3 +1,4 @@
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -566,6 +567,128 @@ TEST(Scheduler, ConfigValidation) {
   EXPECT_TRUE(config.validate().is_ok());
   config.max_num_seqs = 0;
   EXPECT_EQ(config.validate().message(), "[scheduler] max_num_seqs must be >= 1, got 0");
+  config = small_config();
+  config.max_long_partial_prefills = -1;
+  EXPECT_EQ(config.validate().message(),
+            "[scheduler] max_num_partial_prefills and max_long_partial_prefills must be >= 0, got 0 and -1");
+  config.max_long_partial_prefills = 3;
+  config.max_num_partial_prefills = 2;
+  EXPECT_EQ(config.validate().message(),
+            "[scheduler] max_long_partial_prefills (3) must not exceed max_num_partial_prefills (2)");
+  config.max_num_partial_prefills = 0;  // no limit on all prompts: any long limit is fine
+  EXPECT_TRUE(config.validate().is_ok());
+}
+
+// ----- concurrent partial prefills (vLLM's max_num_partial_prefills / max_long_partial_prefills) -----
+
+SchedulerConfig partial_prefill_config(int max_num_partial, int max_long_partial, int budget = 16) {
+  SchedulerConfig config = small_config();
+  config.max_num_batched_tokens = budget;
+  config.long_prefill_token_threshold = 4;  // prompts past 4 tokens are long; 4 tokens a request a step
+  config.max_num_partial_prefills = max_num_partial;
+  config.max_long_partial_prefills = max_long_partial;
+  return config;
+}
+
+// The step index at which each request was first scheduled, and each request's outputs.
+struct PartialPrefillRun {
+  std::map<RequestId, int64_t> first_step;
+  std::map<RequestId, int64_t> prompt_done_step;  // the step that sampled the first token
+  testing::RunOutcome outcome;
+};
+
+PartialPrefillRun run_partial_prefills(const SchedulerConfig& config, const std::vector<std::vector<TokenId>>& prompts) {
+  Scheduler scheduler(config);
+  FakeModel model(config.num_blocks, config.block_size);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_TRUE(scheduler.add(Request(static_cast<RequestId>(i), prompts[i], greedy(3))).is_ok());
+  PartialPrefillRun run;
+  for (int64_t s = 0; !scheduler.is_leak_free() && s < 1000; ++s) {
+    std::vector<RequestUpdate> updates;
+    const StepPlan plan = step(scheduler, model, &updates);
+    int num_long_partial = 0, num_partial = 0;
+    for (const ScheduledRequest& row : plan.rows) {
+      run.first_step.try_emplace(row.request_id, s);
+      if (row.context_len() < row.num_prompt_tokens) {  // the step leaves this prompt unfinished
+        ++num_partial;
+        if (row.num_prompt_tokens > config.long_prefill_token_threshold) ++num_long_partial;
+      }
+    }
+    if (config.max_num_partial_prefills > 0) {
+      EXPECT_LE(num_partial, config.max_num_partial_prefills) << "step " << s;
+    }
+    if (config.max_long_partial_prefills > 0) {
+      EXPECT_LE(num_long_partial, config.max_long_partial_prefills) << "step " << s;
+    }
+    for (const RequestUpdate& update : updates) {
+      if (update.new_token_id && update.num_output_tokens == 1) run.prompt_done_step[update.request_id] = s;
+      if (update.new_token_id) run.outcome.outputs[update.request_id].push_back(*update.new_token_id);
+    }
+  }
+  EXPECT_TRUE(scheduler.is_leak_free());
+  return run;
+}
+
+// Two 20-token prompts ahead of a 3-token one, 8 tokens a step: with one long prompt at a time, the
+// short prompt starts (and samples) in the first step beside the first long one, and the second long
+// prompt waits for the first one's prompt to finish. First come, first served, the two long prompts
+// take every step's budget and the short one waits for both.
+TEST(Scheduler, ShortPromptsStartAheadOfLongOnesAtTheLongLimit) {
+  const std::vector<std::vector<TokenId>> prompts = {prompt_of(20, 100), prompt_of(20, 200), prompt_of(3, 300)};
+  const PartialPrefillRun limited = run_partial_prefills(partial_prefill_config(4, 1, 8), prompts);
+  EXPECT_EQ(limited.first_step.at(0), 0);
+  EXPECT_EQ(limited.first_step.at(2), 0);        // jumped the queue
+  EXPECT_EQ(limited.prompt_done_step.at(2), 0);  // its first token in the first step
+  EXPECT_EQ(limited.prompt_done_step.at(0), 4);  // 20 tokens at 4 a step
+  EXPECT_EQ(limited.first_step.at(1), 4);        // the long limit freed by request 0's last piece
+  for (RequestId id = 0; id < 3; ++id)
+    EXPECT_EQ(limited.outcome.outputs.at(id), FakeModel::reference_output(prompts[static_cast<size_t>(id)], 3)) << id;
+
+  // No limits (the default): FIFO, both long prompts at once, the short one behind them.
+  const PartialPrefillRun fifo = run_partial_prefills(partial_prefill_config(0, 0, 8), prompts);
+  EXPECT_EQ(fifo.first_step.at(1), 0);
+  EXPECT_EQ(fifo.prompt_done_step.at(0), 4);
+  EXPECT_EQ(fifo.prompt_done_step.at(1), 4);
+  EXPECT_EQ(fifo.first_step.at(2), 5);  // 4 + 4 tokens a step until both prompts are done
+  EXPECT_EQ(fifo.outcome.outputs, limited.outcome.outputs);
+}
+
+// max_num_partial_prefills bounds every unfinished prompt, long or short; a prompt that the step
+// finishes does not count, so short prompts keep starting.
+TEST(Scheduler, MaxNumPartialPrefillsStopsAdmissionOfUnfinishedPrompts) {
+  const std::vector<std::vector<TokenId>> prompts = {prompt_of(20, 100), prompt_of(20, 200), prompt_of(3, 300),
+                                                     prompt_of(2, 400)};
+  const PartialPrefillRun run = run_partial_prefills(partial_prefill_config(1, 0), prompts);
+  EXPECT_EQ(run.first_step.at(0), 0);
+  EXPECT_EQ(run.first_step.at(1), 4);  // waits for request 0's prompt: FIFO, the short ones behind it
+  EXPECT_EQ(run.first_step.at(2), 4);
+  EXPECT_EQ(run.first_step.at(3), 4);
+  for (RequestId id = 0; id < 4; ++id)
+    EXPECT_EQ(run.outcome.outputs.at(id), FakeModel::reference_output(prompts[static_cast<size_t>(id)], 3)) << id;
+}
+
+// Many prompts of mixed lengths under every limit: each finishes with the unconstrained outputs, every
+// step within the limits (checked per step), nothing leaks, and long prompts start in arrival order.
+TEST(Scheduler, PartialPrefillLimitsKeepOutputsAndLongPromptsInOrder) {
+  std::mt19937 rng(3);
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 40; ++i) {
+    const int length = i % 3 == 0 ? 12 + static_cast<int>(rng() % 20) : 1 + static_cast<int>(rng() % 4);
+    prompts.push_back(prompt_of(length, 1000 + 100 * i));
+  }
+  const PartialPrefillRun reference = run_partial_prefills(partial_prefill_config(0, 0), prompts);
+  for (const auto& [max_num, max_long] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {4, 2}, {3, 0}, {0, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "max_num_partial_prefills " << max_num << ", max_long " << max_long);
+    const PartialPrefillRun run = run_partial_prefills(partial_prefill_config(max_num, max_long), prompts);
+    EXPECT_EQ(run.outcome.outputs, reference.outcome.outputs);
+    int64_t last_long_start = -1;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].size() <= 4) continue;
+      const int64_t start = run.first_step.at(static_cast<RequestId>(i));
+      EXPECT_GE(start, last_long_start) << "long prompt " << i;
+      last_long_start = start;
+    }
+  }
 }
 
 
