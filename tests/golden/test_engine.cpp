@@ -24,6 +24,15 @@ class EngineModes : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(SyncAndAsync, EngineModes, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& info) { return info.param ? "async" : "sync"; });
 
+// Every case submitted at once: each gets its fixture's greedy tokens, and the engine ends idle.
+void expect_golden_all_together(LLM& llm, const std::vector<GoldenCase>& cases) {
+  std::vector<GenerateRequest> requests;
+  for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
+  auto outs = llm.generate(std::move(requests));
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
+  EXPECT_TRUE(llm.engine().is_idle_and_leak_free());
+}
+
 TEST_P(EngineModes, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
   for (const std::string& name : golden_fixture_names(kFixtures)) {
     if (name.find("f32") == std::string::npos) continue;
@@ -51,11 +60,7 @@ TEST_P(EngineModes, GoldenOneAtATimeAndAllTogetherWithTinyChunks) {
       config.async_scheduling = GetParam();
       auto llm = make_test_llm(kFixtures / name, config);
       ASSERT_TRUE(llm);
-      std::vector<GenerateRequest> requests;
-      for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
-      auto outs = llm->generate(std::move(requests));
-      for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
-      EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+      expect_golden_all_together(*llm, cases);
     }
   }
 }
@@ -275,11 +280,7 @@ TEST_P(EngineModes, PartialPrefillLimitsKeepTheGoldenTokens) {
   config.async_scheduling = GetParam();
   auto llm = make_test_llm(kModel, config);
   ASSERT_TRUE(llm);
-  std::vector<GenerateRequest> requests;
-  for (const GoldenCase& c : cases) requests.push_back(greedy_request(c.prompt, static_cast<int>(c.greedy.size())));
-  auto outs = llm->generate(std::move(requests));
-  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].token_ids, cases[i].greedy) << "prompt " << i;
-  EXPECT_TRUE(llm->engine().is_idle_and_leak_free());
+  expect_golden_all_together(*llm, cases);
 }
 
 TEST(Engine, PartialPrefillFlagsOutOfRangeAreOneLineErrors) {
