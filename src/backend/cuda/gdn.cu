@@ -251,8 +251,9 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) gdn_delta_rule_kernel(GdnDel
 // layer for a 512-token prompt of the Qwen3.5-0.8B shape on an H200, with 64 blocks for 132 SMs.)
 // Every exponent is <= 0 (g <= 0), so nothing overflows. Rows past the chunk's n tokens are zero in
 // q, k, X, A and P, so the fixed 64-row loops need no other masking.
-// Thread maps of the prep (lane = threadIdx % 32, warp = threadIdx / 32; the scan's are above it):
-//   token rows   t = warp + 8m (m < 8): q, k and a, b loads (the scan's q and k too), A, P
+// Thread maps of the prep (lane = threadIdx % 32, warp = threadIdx / 32; the scan's are at its kernel):
+//   token rows   t = warp + 8m (m < 8): q, k and a, b loads, A, P (the scan loads q and k as
+//                t = warp + 16m over its 16 warps)
 //   A, P         columns s = lane + 32i (i < 2)
 //   solve        16-row blocks: the rows below the block from all warps, the block itself by warps 0, 1
 // q and k rows are padded to dk + 4 floats: 16-byte rows for float4 reads, and the lanes' float4
