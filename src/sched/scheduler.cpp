@@ -216,6 +216,13 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
     Request* request = waiting_[next];
     // Preempted while a step samples for it: it resumes with that token, after the step's commit.
     if (request->num_output_placeholders() > 0) break;
+    // Long prompts at their limit: shorter ones behind this one may start. (Decided by length, before
+    // the prefix lookup: waiting prompts are not hashed again every step.)
+    const bool long_prompt = is_long_prompt(*request);
+    if (long_prompt && max_long > 0 && num_long_partial >= max_long) {
+      ++next;
+      continue;
+    }
     // prompt_logprobs need the logits of every prompt position: no cached prefix skips them (as vLLM).
     const CachedPrefix prefix =
         request->sampling().num_prompt_logprobs ? CachedPrefix{} : kv_cache_.lookup_prefix(request->token_ids());
@@ -227,11 +234,6 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
                   config_.long_prefill_token_threshold > 0 ? config_.long_prefill_token_threshold : budget}),
         num_missing_tokens);
     const bool left_partial = num_new_tokens < num_missing_tokens;
-    const bool long_prompt = is_long_prompt(*request);
-    if (left_partial && long_prompt && max_long > 0 && num_long_partial >= max_long) {
-      ++next;  // long prompts are at their limit: shorter ones behind this one may start
-      continue;
-    }
     if (left_partial && max_partial > 0 && num_partial >= max_partial) break;
     if (num_new_tokens == 0 || !kv_cache_.allocate(request->id(), num_tokens_computed, num_new_tokens, &prefix)) {
       break;  // FIFO: a later, smaller request does not overtake this one

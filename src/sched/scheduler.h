@@ -18,8 +18,9 @@
 //      prefix (prefix caching) and is chunked when it does not fit the budget left. With
 //      max_num_partial_prefills, admission stops once that many prompts would be left unfinished by
 //      the step; with max_long_partial_prefills, a prompt longer than long_prefill_token_threshold
-//      is passed over (it keeps its place) while that many long prompts are unfinished, so shorter
-//      prompts behind it start: the one exception to FIFO (vLLM's concurrent partial prefills).
+//      (by length, whatever its cached prefix) is passed over, keeping its place, while that many
+//      long prompts are unfinished, so shorter prompts behind it start: the one exception to FIFO
+//      (vLLM's concurrent partial prefills).
 //
 // Token budget example (max_num_batched_tokens = 8, A and B decoding, C a 20-token prompt):
 //   step 1: A 1, B 1, C 6 (C[0..6))   step 2: A 1, B 1, C 6 (C[6..12))   step 3: A 1, B 1, C 6
