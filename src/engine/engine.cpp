@@ -216,11 +216,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in, 
                             std::max<int64_t>({model_limit, config.max_model_len, num_blocks * config.block_size}));
   if (config.max_model_len <= 0) config.max_model_len = static_cast<int>(std::min(model_limit, cache_tokens));
   // Concurrent partial prefills need a length past which a prompt is long: vLLM's default, 4% of
-  // max_model_len. (A lower per-step cap than the one sized above only lowers what a request needs.)
-  if (config.max_num_partial_prefills > 1 && config.long_prefill_token_threshold == 0) {
+  // max_model_len (also for --max-long-partial-prefills alone, which would otherwise do nothing). A
+  // lower per-step cap than the one sized above only lowers what a request needs.
+  if ((config.max_num_partial_prefills > 1 || config.max_long_partial_prefills > 0) &&
+      config.long_prefill_token_threshold == 0) {
     config.long_prefill_token_threshold = std::max(1, config.max_model_len * 4 / 100);
-    LOG_INFO("[engine] --max-num-partial-prefills {}: long prompts are those past {} tokens (4% of max_model_len)",
-             config.max_num_partial_prefills, config.long_prefill_token_threshold);
+    LOG_INFO("[engine] concurrent partial prefills: long prompts are those past {} tokens (4% of max_model_len)",
+             config.long_prefill_token_threshold);
   }
   if (config.max_model_len > cache_tokens)
     return invalid_argument("[engine] max_model_len {} needs more KV cache than the budget gives ({} tokens); "

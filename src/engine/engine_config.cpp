@@ -122,8 +122,9 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "at most this many prompt tokens per request per step, and the length past which a prompt "
                      "is long for --max-long-partial-prefills (0 = off)")->capture_default_str();
   command.add_option("--max-num-partial-prefills", config.max_num_partial_prefills,
-                     "prompts a step may leave unfinished at most (0 = no limit); above 1 with no "
-                     "--long-prefill-token-threshold, that threshold becomes 4% of max_model_len")->capture_default_str();
+                     "prompts a step may leave unfinished at most (0 = no limit); above 1 (or with "
+                     "--max-long-partial-prefills) and no --long-prefill-token-threshold, that threshold becomes 4% of "
+                     "max_model_len")->capture_default_str();
   command.add_option("--max-long-partial-prefills", config.max_long_partial_prefills,
                      "of those, long prompts at most (0 = no limit): while that many are unfinished, shorter "
                      "prompts start ahead of waiting long ones")->capture_default_str();

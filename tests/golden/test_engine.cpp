@@ -305,6 +305,15 @@ TEST(Engine, PartialPrefillFlagsOutOfRangeAreOneLineErrors) {
   auto defaulted = LLM::load(config);
   ASSERT_TRUE(defaulted.has_value()) << defaulted.status().message();
   EXPECT_EQ((*defaulted)->engine().config().long_prefill_token_threshold, 8);
+  config.max_num_partial_prefills = 0;  // the long limit alone gets the same default
+  config.max_long_partial_prefills = 1;
+  auto long_only = LLM::load(config);
+  ASSERT_TRUE(long_only.has_value()) << long_only.status().message();
+  EXPECT_EQ((*long_only)->engine().config().long_prefill_token_threshold, 8);
+  config.max_long_partial_prefills = 0;  // neither: no threshold
+  auto neither = LLM::load(config);
+  ASSERT_TRUE(neither.has_value()) << neither.status().message();
+  EXPECT_EQ((*neither)->engine().config().long_prefill_token_threshold, 0);
 }
 
 TEST_P(EngineModes, AbortFreesBlocks) {
