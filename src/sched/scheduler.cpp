@@ -202,13 +202,17 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int& budget) {
   const int max_partial = config_.max_num_partial_prefills, max_long = config_.max_long_partial_prefills;
   int num_partial = 0, num_long_partial = 0;
   if (max_partial > 0 || max_long > 0) {
-    for (const Request* request : running_) {
-      const auto it = std::find_if(scheduled.begin(), scheduled.end(),
-                                   [request](const Scheduled& s) { return s.request == request; });
-      const int num_inputs = it == scheduled.end() ? 0 : it->num_new_tokens - static_cast<int>(it->drafts.size());
-      if (request->num_tokens_computed() + num_inputs >= request->num_tokens()) continue;
-      ++num_partial;
-      if (is_long_prompt(*request)) ++num_long_partial;
+    // Every running request as it stands, then corrected for the inputs this step gives the
+    // scheduled ones (all of them running: admission has not started), without a lookup per request.
+    auto count = [&](const Request& request, int num_inputs, int sign) {
+      if (request.num_tokens_computed() + num_inputs >= request.num_tokens()) return;
+      num_partial += sign;
+      if (is_long_prompt(request)) num_long_partial += sign;
+    };
+    for (const Request* request : running_) count(*request, 0, +1);
+    for (const Scheduled& entry : scheduled) {
+      count(*entry.request, 0, -1);
+      count(*entry.request, entry.num_new_tokens - static_cast<int>(entry.drafts.size()), +1);
     }
   }
   size_t next = 0;  // waiting_[next] is considered next; the ones before it were passed over

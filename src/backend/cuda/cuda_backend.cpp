@@ -254,7 +254,8 @@ class CudaBackend final : public Backend {
   uint64_t w8a8_workspace_captures_ = 0;  // num_captures_ when it was allocated
   uint64_t num_captures_ = 0;                // capture() calls so far
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
-  Tensor gdn_chunk_scratch_;   // grow-only scratch of the chunked delta rule, f32
+  Tensor gdn_chunk_scratch_;   // grow_only scratch of the chunked delta rule (f32)
+  uint64_t gdn_chunk_scratch_captures_ = 0;
   Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
   // [rows * vocab] i32 (read as u32 occurrence words), grow-only; all zero between apply_penalties calls.
   Tensor penalty_words_;
@@ -1147,12 +1148,10 @@ void CudaBackend::gdn_delta_rule(TensorView out, const TensorView& q, const Tens
   args.auto_chunked_min_tokens = kernel_options_.gdn_chunked ? kernel_options_.gdn_chunked_min_tokens : INT64_MAX;
   const int64_t scratch_floats = cuda::gdn_chunk_scratch_floats(args);
   if (scratch_floats > 0) {
-    if (!gdn_chunk_scratch_.defined() || gdn_chunk_scratch_.numel() < scratch_floats) {
-      if (gdn_chunk_scratch_.defined()) retired_.push_back(std::move(gdn_chunk_scratch_));
-      gdn_chunk_scratch_ = alloc({scratch_floats}, DType::kF32);
-    }
-    args.chunk_scratch = gdn_chunk_scratch_.ptr<float>();
-    args.chunk_scratch_floats = gdn_chunk_scratch_.numel();
+    args.chunk_scratch = static_cast<float*>(grow_only(gdn_chunk_scratch_, gdn_chunk_scratch_captures_,
+                                                       static_cast<size_t>(scratch_floats) * sizeof(float), op,
+                                                       "chunked delta rule"));
+    args.chunk_scratch_floats = gdn_chunk_scratch_.nbytes() / static_cast<int64_t>(sizeof(float));
   }
   CUDA_CHECK(cuda::launch_gdn_delta_rule(q.dtype, args, stream()));
 }

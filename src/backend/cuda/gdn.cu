@@ -304,13 +304,15 @@ __device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
 __device__ __forceinline__ bool takes_chunked(int64_t length, int64_t chunked_from) {
   return length > 0 && length >= chunked_from;
 }
-// Chunks of the sequences before s that take the chunked form: s's first chunk in the scratch.
+// Chunks of sequence i in the scratch (0 for a sequence left to the recurrent kernel).
+__device__ __forceinline__ int64_t chunks_of(const GdnSeqs& seqs, int64_t i, int64_t chunked_from) {
+  const int64_t length = seqs.cu_seqlens_q[i + 1] - seqs.cu_seqlens_q[i];
+  return takes_chunked(length, chunked_from) ? (length + kChunkTokens - 1) / kChunkTokens : 0;
+}
+// Chunks of the sequences before s: s's first chunk in the scratch.
 __device__ __forceinline__ int64_t chunks_before(const GdnSeqs& seqs, int64_t s, int64_t chunked_from) {
   int64_t total = 0;
-  for (int64_t i = 0; i < s; ++i) {
-    const int64_t length = seqs.cu_seqlens_q[i + 1] - seqs.cu_seqlens_q[i];
-    if (takes_chunked(length, chunked_from)) total += (length + kChunkTokens - 1) / kChunkTokens;
-  }
+  for (int64_t i = 0; i < s; ++i) total += chunks_of(seqs, i, chunked_from);
   return total;
 }
 
@@ -361,8 +363,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_prep_kernel(GdnDel
   // This block's sequence and chunk (uniform over the block).
   int64_t seq = -1, c0 = 0, base = 0;
   for (int64_t i = 0; i < a.seqs.num_seqs; ++i) {
-    const int64_t length = a.seqs.cu_seqlens_q[i + 1] - a.seqs.cu_seqlens_q[i];
-    const int64_t chunks = takes_chunked(length, chunked_from) ? (length + C - 1) / C : 0;
+    const int64_t chunks = chunks_of(a.seqs, i, chunked_from);
     if (static_cast<int64_t>(blockIdx.x) < base + chunks) {
       seq = i;
       c0 = (blockIdx.x - base) * C;
