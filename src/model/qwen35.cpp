@@ -95,7 +95,10 @@ class Qwen35Model final : public Model {
 
  private:
   Status load_layer(WeightLoader& loader, const std::string& prefix, LayerType type, bool moe, HybridLayer& layer);
-  // One decoder layer over the residual stream `hidden` [T, H] (normed and proj: [T, H] scratch).
+  // One decoder layer over the residual stream `hidden` [T, H], where `normed` [T, H] already holds
+  // the layer's input norm of it. Leaves the FFN's output in `proj` [T, H], not yet added to `hidden`:
+  // the caller fuses that residual add with the next norm (the next layer's input norm, or a plain
+  // add before the final one).
   void decoder_layer(const HybridLayer& layer, const StepBatch& batch, const CacheViews& caches, TensorView hidden,
                      TensorView normed, TensorView proj);
   bool is_moe_layer(int64_t index) const;
@@ -263,7 +266,12 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
   TensorView normed = act_.rows(kNormed, num_tokens);  // [T, H]
   TensorView proj = act_.rows(kProj, num_tokens);      // [T, H], a block's output
   embedding_.forward(backend_, hidden, batch.token_ids);
-  for (const HybridLayer& layer : layers_) decoder_layer(layer, batch, caches, hidden, normed, proj);
+  layers_.front().input_norm.forward(backend_, normed, hidden);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    decoder_layer(layers_[i], batch, caches, hidden, normed, proj);
+    if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
+  }
+  backend_.add(hidden, hidden, proj);
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
   if (mtp_) {  // every row's final hidden state is the MTP head's input (norm then gather: the same rows)
@@ -286,18 +294,15 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
 
 void Qwen35Model::decoder_layer(const HybridLayer& layer, const StepBatch& batch, const CacheViews& caches,
                                 TensorView hidden, TensorView normed, TensorView proj) {
-  layer.input_norm.forward(backend_, normed, hidden);
   if (layer.type == LayerType::kLinearAttention) {
     gdn_.forward(layer.gdn, batch, caches.gdn_layers[static_cast<size_t>(layer.cache_index)], normed, proj);
   } else {
     attention_block(layer, caches.attention_layers[static_cast<size_t>(layer.cache_index)], batch, normed, proj);
   }
   reduce(proj);
-  backend_.add(hidden, hidden, proj);
-  layer.post_norm.forward(backend_, normed, hidden);
+  layer.post_norm.add_forward(backend_, hidden, normed, proj);
   ffn_block(layer, normed, proj);
   reduce(proj);
-  backend_.add(hidden, hidden, proj);
 }
 
 void Qwen35Model::mtp_forward(const StepBatch& batch, const CacheViews& caches, TensorView logits,
@@ -314,7 +319,9 @@ void Qwen35Model::mtp_forward(const StepBatch& batch, const CacheViews& caches, 
   embedding_.forward(backend_, hidden, batch.token_ids);
   mtp_->norm_embedding.forward(backend_, columns(concat, 0, h), hidden.reshape({num_tokens, 1, h}));
   mtp_->fc.forward(backend_, hidden, concat);
+  mtp_->layer.input_norm.forward(backend_, normed, hidden);
   decoder_layer(mtp_->layer, batch, caches, hidden, normed, proj);
+  backend_.add(hidden, hidden, proj);
   mtp_hidden_ = act_.rows(kMtpHidden, num_tokens);  // [T, H]
   mtp_->norm.forward(backend_, mtp_hidden_, hidden);
   TensorView last = act_.rows(kLastRows, batch.logits_rows.numel());  // [R, H]
@@ -334,11 +341,10 @@ void Qwen35Model::attention_block(const HybridLayer& layer, const KvCacheView& c
   TensorView gate = interleaved_heads(qkv, hd, nh, hd);  // [T, nH, hd]
   TensorView k = head_columns(qkv, 2 * nh * hd, nkv, hd);
   TensorView v = head_columns(qkv, 2 * nh * hd + nkv * hd, nkv, hd);
-  w.q_norm.forward(backend_, q, q);  // per head, before RoPE
-  w.k_norm.forward(backend_, k, k);
-  backend_.rope(q, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);  // first rot dims only (partial)
-  backend_.rope(k, batch.positions, rotary_.inv_freq, rotary_.attention_scaling);
-  backend_.write_kv(cache.k, cache.v, k, v, batch.slot_mapping, w.kv_scales);
+  // Per-head q/k norms, then RoPE on the first rot dims only (partial), then k and v into the cache.
+  backend_.qk_norm_rope_write_kv(q, k, v, w.q_norm.weight, w.k_norm.weight, w.q_norm.eps, w.q_norm.mode,
+                                 batch.positions, rotary_.inv_freq, rotary_.attention_scaling, cache.k, cache.v,
+                                 batch.slot_mapping, w.kv_scales);
   layers::AttentionOptions options;
   options.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   TensorView attn_heads = attn.reshape({num_tokens, nh, hd});

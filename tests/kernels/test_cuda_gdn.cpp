@@ -93,6 +93,11 @@ const Batch& decode_batch() {
   static const Batch b({1, 1, 1, 1, 1}, {5, 0, 2, 7, 3}, {false, true, false, false, true});
   return b;
 }
+// As many rows as sequences, not one each: gdn_conv1d's one-kernel form (a thread walks its rows).
+const Batch& uneven_rows_batch() {
+  static const Batch b({2, 0, 1, 3, 0, 1, 0}, {5, 0, 2, 7, 3, 1, 6}, {false, true, false, true, false, false, false});
+  return b;
+}
 
 struct GpuParams {
   Tensor cu, slots;
@@ -113,7 +118,7 @@ TEST(CudaGdn, Conv1dMatchesCpu) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
   constexpr int64_t kKernel = 4;
-  for (const Batch* batch : {&mixed_batch(), &decode_batch()}) {
+  for (const Batch* batch : {&mixed_batch(), &decode_batch(), &uneven_rows_batch()}) {
     for (DType dtype : kFloatTypes) {
       for (int64_t channels : {int64_t{96}, int64_t{2 * 2 * 128 + 4 * 128}, int64_t{300}}) {
         SCOPED_TRACE(fmt::format("{} channels {} tokens {}", dtype_name(dtype), channels, batch->num_tokens()));
@@ -138,6 +143,54 @@ TEST(CudaGdn, Conv1dMatchesCpu) {
         EXPECT_EQ(compare_tensors(want_out, to_host(*gpu, d_out.view()), tol.rel, tol.abs), "") << "out";
         EXPECT_EQ(compare_tensors(want_state, to_host(*gpu, d_state.view()), 0, 0), "") << "conv_state";
       }
+    }
+  }
+}
+
+// A batch of as many rows as sequences runs gdn_conv1d in one kernel, any other in two: the same
+// rows give the same bits either way (a decode step's outputs and states are those of the prompt
+// path). The one-kernel batch is the two-kernel batch without its last sequence (2 rows).
+TEST(CudaGdn, Conv1dOneKernelFormEqualsTheTwoKernelForm) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  const Batch& rows = uneven_rows_batch();
+  std::vector<int32_t> lengths = rows.lengths, slot_ids = rows.slots;
+  std::vector<bool> fresh = rows.is_new;
+  lengths.push_back(2);
+  slot_ids.push_back(4);
+  fresh.push_back(false);
+  const Batch two(lengths, slot_ids, fresh);
+  // The first n rows (or slot n's [per_slot] elements) of a host tensor, as a tensor of their own.
+  auto part = [](const Tensor& t, int64_t first, int64_t count, int64_t per_row) {
+    Tensor out = Tensor::cpu({count, per_row}, t.dtype());
+    const size_t row_bytes = static_cast<size_t>(per_row) * dtype_size_bytes(t.dtype());
+    std::memcpy(out.ptr<char>(), t.ptr<char>() + static_cast<size_t>(first) * row_bytes,
+                static_cast<size_t>(count) * row_bytes);
+    return out;
+  };
+  const int64_t channels = 300;
+  for (DType dtype : kFloatTypes) {
+    for (int64_t kernel : {2, 4, 8}) {  // 8: the CUDA kernels' largest (kMaxGdnConvKernel)
+      SCOPED_TRACE(fmt::format("{} kernel {}", dtype_name(dtype), kernel));
+      Rng rng(static_cast<uint64_t>(kernel) * 7 + 3);
+      const Tensor x = random_tensor({two.num_tokens(), channels}, dtype, rng, -2.0f, 2.0f);
+      const Tensor weight = random_tensor({channels, kernel}, dtype, rng, -0.6f, 0.6f);
+      const Tensor state0 = two.state({two.num_slots, channels, kernel - 1}, dtype, rng, 2.0f);
+      const Tensor d_weight = to_device(*gpu, weight.view());
+      // Out and state after gdn_conv1d of batch b over the first rows of x.
+      auto run = [&](const Batch& b) {
+        GpuParams p(*gpu, b);
+        const Tensor d_x = to_device(*gpu, part(x, 0, b.num_tokens(), channels).view());
+        Tensor d_state = to_device(*gpu, state0.view()), d_out = poisoned(*gpu, {b.num_tokens(), channels}, dtype);
+        gpu->gdn_conv1d(d_out.view(), d_x.view(), d_weight.view(), d_state.view(), p.params);
+        return std::make_pair(to_host(*gpu, d_out.view()), to_host(*gpu, d_state.view()));
+      };
+      const auto [out_one, state_one] = run(rows);
+      const auto [out_two, state_two] = run(two);
+      EXPECT_EQ(compare_tensors(out_one, part(out_two, 0, rows.num_tokens(), channels), 0, 0), "") << "outputs";
+      const int64_t per_slot = channels * (kernel - 1);
+      for (int32_t slot : rows.slots)  // all but the extra sequence's slot (4)
+        EXPECT_EQ(compare_tensors(part(state_one, slot, 1, per_slot), part(state_two, slot, 1, per_slot), 0, 0), "")
+            << "slot " << slot;
     }
   }
 }

@@ -363,20 +363,31 @@ TEST(CudaOps, FusedAddRmsNormEqualsAddThenNorm) {
 }
 
 // The fused attention prologue (q/k norm + RoPE + write_kv) on a fused qkv buffer: bitwise the
-// unfused CUDA ops, and within the rope tolerance of the CPU twin (Backend's default body).
+// unfused CUDA ops, and within the rope tolerance of the CPU twin (Backend's default body). Also on
+// Qwen3.5's gated layout (q_proj rows (q_h | gate_h) per head: q heads 2 hd apart, the gates left
+// as they are) with its (1 + w) norms and head_dim 256.
 TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
   Rng rng(12);
+  struct Layout {
+    bool gated;
+    int64_t hd;
+  };
   for (DType dtype : kFloatTypes) {
-    for (int64_t hd : {64, 128}) {
+    for (const Layout layout : {Layout{false, 64}, Layout{false, 128}, Layout{true, 128}, Layout{true, 256}}) {
+      const bool gated = layout.gated;
+      const int64_t hd = layout.hd;
+      const NormWeight mode = gated ? NormWeight::kOnePlus : NormWeight::kPlain;
       // 29 tokens: a token's 24 heads spread over 3 blocks; 70 tokens: one block per token.
       // Without q/k norms (Llama, Mistral, Qwen2) the prologue is RoPE + cache write alone.
       const std::tuple<bool, int64_t, bool> cases[] = {{false, 29, true}, {true, 29, true}, {false, 70, true},
                                                        {true, 70, true},  {false, 29, false}, {true, 70, false}};
       for (const auto& [partial, t, with_norm] : cases) {
-        SCOPED_TRACE(fmt::format("{} hd{} partial {} tokens {} norm {}", dtype_name(dtype), hd, partial, t, with_norm));
-        const int64_t q_heads = 16, kv_heads = 8, width = (q_heads + 2 * kv_heads) * hd;
+        SCOPED_TRACE(fmt::format("{} {} hd{} partial {} tokens {} norm {}", dtype_name(dtype), gated ? "gated" : "dense",
+                                 hd, partial, t, with_norm));
+        const int64_t q_heads = 16, kv_heads = 8, q_cols = (gated ? 2 : 1) * q_heads * hd,
+                      width = q_cols + 2 * kv_heads * hd;
         const int64_t num_blocks = 8, block_size = 16, half = partial ? hd / 4 : hd / 2;
         const float scaling = partial ? 0.75f : 1.0f;
         Tensor inv_freq = Tensor::cpu({half}, DType::kF32);
@@ -391,24 +402,24 @@ TEST(CudaOps, FusedQkNormRopeWriteKvEqualsUnfused) {
         const Tensor qkv = random_tensor({t, width}, dtype, rng, -3, 3);
         const Tensor q_norm = random_tensor({hd}, dtype, rng, -1.5f, 1.5f), k_norm = random_tensor({hd}, dtype, rng, -1.5f, 1.5f);
         const Tensor cache_init = random_tensor({num_blocks, block_size, kv_heads, hd}, dtype, rng);
-        auto heads = [&](const Tensor& buffer, int64_t first_head, int64_t n) {
+        auto heads = [&](const Tensor& buffer, int64_t first_col, int64_t n, int64_t head_stride) {
           TensorView v = buffer.view();
-          v.data = static_cast<char*>(v.data) + first_head * hd * dtype_size_bytes(dtype);
+          v.data = static_cast<char*>(v.data) + first_col * dtype_size_bytes(dtype);
           v.shape = Shape{t, n, hd};
-          v.strides = {width, hd, 1, 0};
+          v.strides = {width, head_stride, 1, 0};
           return v;
         };
         auto run = [&](Backend& be, const Tensor& buffer, Tensor& k_cache, Tensor& v_cache, const Tensor& qn,
                        const Tensor& kn, const Tensor& pos, const Tensor& freq, const Tensor& slot, bool fused) {
-          TensorView q = heads(buffer, 0, q_heads), k = heads(buffer, q_heads, kv_heads),
-                     v = heads(buffer, q_heads + kv_heads, kv_heads);
+          TensorView q = heads(buffer, 0, q_heads, gated ? 2 * hd : hd), k = heads(buffer, q_cols, kv_heads, hd),
+                     v = heads(buffer, q_cols + kv_heads * hd, kv_heads, hd);
           const TensorView qn_view = with_norm ? qn.view() : TensorView(), kn_view = with_norm ? kn.view() : TensorView();
           if (fused) {
-            be.qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, NormWeight::kPlain, pos.view(), freq.view(),
-                                     scaling, k_cache.view(), v_cache.view(), slot.view());
+            be.qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, mode, pos.view(), freq.view(), scaling,
+                                     k_cache.view(), v_cache.view(), slot.view());
           } else {
-            be.Backend::qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, NormWeight::kPlain, pos.view(),
-                                              freq.view(), scaling, k_cache.view(), v_cache.view(), slot.view());
+            be.Backend::qk_norm_rope_write_kv(q, k, v, qn_view, kn_view, 1e-6f, mode, pos.view(), freq.view(), scaling,
+                                              k_cache.view(), v_cache.view(), slot.view());
           }
         };
         // CPU twin.

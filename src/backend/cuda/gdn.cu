@@ -49,7 +49,9 @@ __device__ __forceinline__ int64_t checkpoint_slot(const GdnSeqs& seqs, int64_t 
 // ----- gdn_conv1d -------------------------------------------------------------------------------
 // Two kernels: the outputs (one thread per (token, channel), reading the slot's old state for the
 // first K-1 rows of a sequence), then the state update (one thread per (sequence, channel)), so no
-// thread writes a state another still reads.
+// thread writes a state another still reads. Batches of as many rows as sequences (decode) take one
+// kernel instead, one thread per (sequence, channel) walking its rows: a decode step's GDN layer
+// launches one kernel less, with the same arithmetic in the same order.
 
 template <typename T>
 __global__ void gdn_conv1d_out_kernel(Rows out, Rows x, const T* __restrict__ weight, const T* __restrict__ state,
@@ -88,6 +90,48 @@ __global__ void gdn_conv1d_checkpoint_kernel(Rows x, T* __restrict__ state, GdnS
     const int64_t u = t - first + 1 + m;
     dst[m] = u < history ? st[u] : row_ptr<const T>(x, first + u - history)[c];
   }
+}
+
+// Thread (sequence, channel): the outputs of the sequence's rows in order, u's last K-1 in registers,
+// then the state. Same sums as gdn_conv1d_out_kernel (w[j] * u[i + j], j ascending, from 0).
+template <typename T>
+__global__ void gdn_conv1d_rows_kernel(Rows out, Rows x, const T* __restrict__ weight, T* __restrict__ state,
+                                       GdnSeqs seqs, int64_t channels, int kernel) {
+  const int64_t s = blockIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t first = seqs.cu_seqlens_q[s], length = seqs.cu_seqlens_q[s + 1] - first;
+  const int history = kernel - 1;
+  if (length <= 0) return;
+  T* st = state + (checked_slot(seqs, s) * channels + c) * history;
+  const T* w = weight + c * kernel;
+  float w_f32[kMaxGdnConvKernel];
+  T window[kMaxGdnConvKernel];  // the last K-1 of u before the current row
+#pragma unroll
+  for (int j = 0; j < kMaxGdnConvKernel; ++j) {
+    if (j < kernel) w_f32[j] = to_f32(w[j]);
+    if (j < history) window[j] = st[j];
+  }
+  for (int64_t i = 0; i < length; ++i) {
+    const T x_i = row_ptr<const T>(x, first + i)[c];
+    // Indices known at compile time only (the arrays stay in registers): j < history reads the
+    // window, j == history the row itself.
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxGdnConvKernel; ++j) {
+      if (j < history) acc = __fadd_rn(acc, __fmul_rn(w_f32[j], to_f32(window[j])));
+      else if (j == history) acc = __fadd_rn(acc, __fmul_rn(w_f32[j], to_f32(x_i)));
+    }
+    row_ptr<T>(out, first + i)[c] = from_f32<T>(silu(round_to<T>(acc)));
+#pragma unroll
+    for (int j = 0; j < kMaxGdnConvKernel - 1; ++j) {
+      if (j + 1 < history) window[j] = window[j + 1];
+      else if (j + 1 == history) window[j] = x_i;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxGdnConvKernel - 1; ++j)
+    if (j < history) st[j] = window[j];
 }
 
 template <typename T>
@@ -811,6 +855,12 @@ cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight,
   return dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     const unsigned channel_blocks = blocks_for(channels, kThreads);
+    if (out.num_rows == seqs.num_seqs && seqs.checkpoint_slots == nullptr) {
+      // Decode (a row a sequence; any split of the rows stays right, only slower).
+      gdn_conv1d_rows_kernel<T><<<dim3(static_cast<unsigned>(seqs.num_seqs), channel_blocks), kThreads, 0, stream>>>(
+          out, x, static_cast<const T*>(weight), static_cast<T*>(conv_state), seqs, channels, static_cast<int>(kernel));
+      return cudaGetLastError();
+    }
     gdn_conv1d_out_kernel<T><<<dim3(static_cast<unsigned>(out.num_rows), channel_blocks), kThreads, 0, stream>>>(
         out, x, static_cast<const T*>(weight), static_cast<const T*>(conv_state), seqs, channels,
         static_cast<int>(kernel));
