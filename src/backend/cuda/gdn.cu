@@ -379,6 +379,47 @@ __host__ __device__ constexpr int64_t chunk_scan_smem_floats(int64_t dk) {
   return 2 * kScratchFloats + 2 * kChunkTokens * (dk + 4) + dk * kScanCols + 2 * kChunkTokens * kScanCols;
 }
 
+// 3xTF32 on the tensor cores (mma.sync m16n8k8): x = hi + lo with hi = tf32(x), lo = tf32(x - hi),
+// and a b ~ a_lo b_hi + a_hi b_lo + a_hi b_hi (the small terms first), f32 accumulation: about
+// f32's accuracy (the dropped a_lo b_lo is ~2^-22 of the product) at a fraction of the shared-memory
+// reads of SIMT dot products.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  const float rest = x - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One warp's 16 x 8 tile of A B, A rows [m0, m0 + 16) of a row-major [.][lda] array, B columns
+// [n0, n0 + 8) of a row-major [depth][ldb] array, over depth (a multiple of 8), into c (the mma's
+// accumulator map: rows g, g + 8 and columns 2 tig, 2 tig + 1, g = lane / 4, tig = lane % 4).
+__device__ __forceinline__ void warp_tile_3xtf32(float (&c)[4], const float* A, int lda, int m0, const float* B, int ldb,
+                                                 int n0, int depth, int lane) {
+  const int g = lane >> 2, tig = lane & 3;
+  const float* a_row0 = A + (m0 + g) * lda + tig;
+  const float* a_row8 = a_row0 + 8 * lda;
+  const float* b_col = B + tig * ldb + n0 + g;
+  for (int k0 = 0; k0 < depth; k0 += 8) {
+    uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+    split_tf32(a_row0[k0], a_hi[0], a_lo[0]);
+    split_tf32(a_row8[k0], a_hi[1], a_lo[1]);
+    split_tf32(a_row0[k0 + 4], a_hi[2], a_lo[2]);
+    split_tf32(a_row8[k0 + 4], a_hi[3], a_lo[3]);
+    split_tf32(b_col[k0 * ldb], b_hi[0], b_lo[0]);
+    split_tf32(b_col[(k0 + 4) * ldb], b_hi[1], b_lo[1]);
+    mma_tf32(c, a_lo, b_hi);
+    mma_tf32(c, a_hi, b_lo);
+    mma_tf32(c, a_hi, b_hi);
+  }
+}
+
 __device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
   acc = fmaf(x.x, y.x, acc);
   acc = fmaf(x.y, y.y, acc);
@@ -677,37 +718,38 @@ __global__ void __launch_bounds__(kScanThreads, 1) gdn_chunk_scan_kernel(GdnDelt
     __syncthreads();  // q and k complete; the other buffer is free (the previous chunk is done with it)
     if (c0 + C < length) issue_loads(c0 + C, chunk + 1, chunk_shared + (parity ^ 1) * kScratchFloats);
 
-    // (2) K S and Q S for the tile: the right-hand side beta (v - e^gamma S^T k), and the inter-chunk
-    // output e^gamma S^T q kept in registers for (4).
-    float o[kScanRows];
+    // (2) Q S and K S [C, W] on the tensor cores: warp w computes the 16 x 8 tile (rows 16 ((w / 2) % 4),
+    // columns 8 (w % 2)) of Q S (w < 8) into rhs, or of K S into xs (both free until (3)). Then each
+    // thread reads its own entries: the right-hand side beta (v - e^gamma S^T k) replaces them in rhs,
+    // and the inter-chunk output e^gamma S^T q stays in registers for (4). Rows past n are zero in q
+    // and k, so their products are zero.
+    static_assert(kScanWarps == 2 * (kChunkTokens / 16) * (kScanCols / 8), "one 16 x 8 tile of Q S or K S a warp");
     {
-      float acc_k[kScanRows];
-#pragma unroll
-      for (int m = 0; m < kScanRows; ++m) o[m] = acc_k[m] = 0.0f;
-      for (int d = 0; d < dk; d += 4) {
-        const float4 sd = make_float4(Ss[d * W + col], Ss[(d + 1) * W + col], Ss[(d + 2) * W + col], Ss[(d + 3) * W + col]);
-#pragma unroll
-        for (int m = 0; m < kScanRows; ++m) {
-          const int t = r + kScanRowGroups * m;
-          if (t < n) {
-            o[m] = dot4(*reinterpret_cast<const float4*>(qs + t * ks + d), sd, o[m]);
-            acc_k[m] = dot4(*reinterpret_cast<const float4*>(kks + t * ks + d), sd, acc_k[m]);
-          }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kScanRows; ++m) {
-        const int t = r + kScanRowGroups * m;
-        float value = 0.0f;
-        if (t < n) {
-          const float beta = sc[kScratchBeta + t], eg = sc[kScratchEg + t];
-          value = __fsub_rn(__fmul_rn(beta, v_now[m]), __fmul_rn(__fmul_rn(beta, eg), acc_k[m]));
-          o[m] = __fmul_rn(eg, o[m]);
-        }
-        rhs[t * W + col] = value;
-      }
+      float tile[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const int m0 = 16 * ((warp / 2) % 4), n0 = 8 * (warp % 2);
+      warp_tile_3xtf32(tile, warp < 8 ? qs : kks, ks, m0, Ss, W, n0, dk, lane);
+      float* dst = warp < 8 ? rhs : xs;
+      const int g = lane >> 2, tig = lane & 3;
+      dst[(m0 + g) * W + n0 + 2 * tig] = tile[0];
+      dst[(m0 + g) * W + n0 + 2 * tig + 1] = tile[1];
+      dst[(m0 + g + 8) * W + n0 + 2 * tig] = tile[2];
+      dst[(m0 + g + 8) * W + n0 + 2 * tig + 1] = tile[3];
     }
-    __syncthreads();  // the right-hand side complete
+    __syncthreads();  // Q S and K S complete
+    float o[kScanRows];
+#pragma unroll
+    for (int m = 0; m < kScanRows; ++m) {
+      const int t = r + kScanRowGroups * m;
+      float value = 0.0f;
+      o[m] = 0.0f;
+      if (t < n) {
+        const float beta = sc[kScratchBeta + t], eg = sc[kScratchEg + t];
+        value = __fsub_rn(__fmul_rn(beta, v_now[m]), __fmul_rn(__fmul_rn(beta, eg), xs[t * W + col]));
+        o[m] = __fmul_rn(eg, rhs[t * W + col]);
+      }
+      rhs[t * W + col] = value;  // this thread's own entry (read just above)
+    }
+    __syncthreads();  // the right-hand side complete; xs is free for (3)
 
     // (3) X = Tinv rhs (Tinv's entries above the diagonal are zeros, its diagonal ones).
     const int n4 = (n + 3) & ~3;  // rows of the right-hand side in [n, n4) are zero
@@ -869,8 +911,9 @@ cudaError_t launch_chunked(const GdnDeltaArgs& args, int64_t chunked_from, int64
 
 // The shortest sequence the chunked kernels take (INT64_MAX: none), from the form, the shape and the hint.
 int64_t chunked_from_of(const GdnDeltaArgs& args) {
-  // Shapes outside the chunked kernels' maps (dk % 4 != 0, dk > 128) stay recurrent in every form.
-  const bool fits = args.dk % 4 == 0 && args.dk <= kChunkMaxDk &&
+  // Shapes outside the chunked kernels' maps (dk % 8 != 0: the scan's k-steps; dk > 128) stay
+  // recurrent in every form.
+  const bool fits = args.dk % 8 == 0 && args.dk <= kChunkMaxDk &&
                     chunk_scan_smem_floats(args.dk) * static_cast<int64_t>(sizeof(float)) <= smem_optin_limit();
   int64_t from = INT64_MAX;
   if (fits && args.form == GdnDeltaForm::kChunked) from = 1;
