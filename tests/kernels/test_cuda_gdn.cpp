@@ -423,7 +423,7 @@ TEST(CudaGdn, Conv1dCheckpointsHoldTheInputsBeforeTheirPosition) {
 // kAuto: sequences of >= 16 tokens take the chunked kernel, shorter ones the recurrent kernel, so
 // each sequence's rows and slot equal (bitwise) those of the forced form; the env switches and the
 // max_seqlen_q hint move the line, and a hint that is too small still computes every row; shapes
-// outside the chunked kernel (dk > 128, dk % 4 != 0) stay recurrent whatever the form.
+// outside the chunked kernel (dk > 128, dk % 8 != 0) stay recurrent whatever the form.
 TEST(CudaGdn, DeltaRuleRoutesSequencesByLength) {
   PAGELLM_GPU_OR_SKIP(gpu);
   constexpr int64_t kChunkedMinTokens = 16;
@@ -461,7 +461,7 @@ TEST(CudaGdn, DeltaRuleRoutesSequencesByLength) {
       expect_same(chunked, in.run(*gpu, GdnAlgo::kAuto), all, "KernelOptions::gdn_chunked_min_tokens = 1");
     }
   }
-  for (const DeltaShape& s : {DeltaShape{1, 2, 160, 32}, DeltaShape{1, 2, 18, 16}}) {
+  for (const DeltaShape& s : {DeltaShape{1, 2, 160, 32}, DeltaShape{1, 2, 18, 16}, DeltaShape{1, 2, 36, 16}}) {
     SCOPED_TRACE(fmt::format("dk {} (outside the chunked kernel)", s.dk));
     const DeltaInputs in(s, DType::kF32, batch, 17);
     expect_same(in.run(*gpu, GdnAlgo::kRecurrent), in.run(*gpu, GdnAlgo::kChunked), all, "kChunked = kRecurrent");

@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_prep_kernel(GdnDel
   constexpr int C = kChunkTokens;
   const int64_t h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int dk = static_cast<int>(a.dk);  // <= kChunkMaxDk and % 4 == 0: the launcher checks
+  const int dk = static_cast<int>(a.dk);  // <= kChunkMaxDk and % 8 == 0: the launcher checks
   const int ks = dk + 4;                  // q, k row stride (floats)
   // This block's sequence and chunk (uniform over the block).
   int64_t seq = -1, c0 = 0, base = 0;
