@@ -48,10 +48,10 @@ __device__ __forceinline__ int64_t checkpoint_slot(const GdnSeqs& seqs, int64_t 
 
 // ----- gdn_conv1d -------------------------------------------------------------------------------
 // Two kernels: the outputs (one thread per (kConvRows token rows, channel), reading the slot's old
-// state for the first K-1 rows of a sequence), then the state update (one thread per (sequence, channel)), so no
-// thread writes a state another still reads. Batches of as many rows as sequences (decode) take one
-// kernel instead, one thread per (sequence, channel) walking its rows: a decode step's GDN layer
-// launches one kernel less, with the same arithmetic in the same order.
+// state for the first K-1 rows of a sequence), then the state update (one thread per (sequence,
+// channel)), so no thread writes a state another still reads. Batches of as many rows as sequences
+// (decode) take one kernel instead, one thread per (sequence, channel) walking its rows: a decode
+// step's GDN layer launches one kernel less, with the same arithmetic in the same order.
 
 // The rows a thread of the two-kernel form computes: the sequence lookup (a binary search of
 // dependent loads) is paid once per run of rows instead of per row, and the rows' inputs are loaded
@@ -71,8 +71,8 @@ __device__ __forceinline__ int64_t advance_sequence(const int32_t* cu, int64_t s
 template <typename T>
 __global__ void gdn_conv1d_out_kernel(Rows out, Rows x, const T* __restrict__ weight, const T* __restrict__ state,
                                       GdnSeqs seqs, int64_t channels, int kernel) {
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvRows;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kConvRows;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   const int64_t num_tokens = seqs.cu_seqlens_q[seqs.num_seqs];
   if (c >= channels || t0 >= num_tokens) return;
   const int history = kernel - 1;
@@ -111,8 +111,8 @@ __global__ void gdn_conv1d_out_kernel(Rows out, Rows x, const T* __restrict__ we
 template <typename T>
 __global__ void gdn_conv1d_checkpoint_kernel(Rows x, T* __restrict__ state, GdnSeqs seqs, int64_t channels,
                                              int kernel) {
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvRows;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kConvRows;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   const int64_t num_tokens = seqs.cu_seqlens_q[seqs.num_seqs];
   if (c >= channels || t0 >= num_tokens) return;
   const int64_t history = kernel - 1;
@@ -949,9 +949,7 @@ cudaError_t launch_gdn_conv1d(DType dtype, Rows out, Rows x, const void* weight,
           out, x, static_cast<const T*>(weight), static_cast<T*>(conv_state), seqs, channels, static_cast<int>(kernel));
       return cudaGetLastError();
     }
-    // The channel blocks of one run of rows are neighbours in launch order: blocks in flight together
-    // read and write whole rows, not the same column band of many rows.
-    const dim3 row_grid(channel_blocks, blocks_for(out.num_rows, kConvRows));
+    const dim3 row_grid(blocks_for(out.num_rows, kConvRows), channel_blocks);
     gdn_conv1d_out_kernel<T><<<row_grid, kThreads, 0, stream>>>(
         out, x, static_cast<const T*>(weight), static_cast<const T*>(conv_state), seqs, channels,
         static_cast<int>(kernel));
