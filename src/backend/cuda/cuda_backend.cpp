@@ -1262,6 +1262,7 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   args.tile_pairs = tile_pairs.ptr<int32_t>();
   args.tile_experts = tile_experts.ptr<int32_t>();
   args.num_tiles = num_tiles;
+  args.num_pairs = out.size(0);
   args.n = n;
   args.k = k;
   args.pairs_per_x_row = pairs_per_x_row;

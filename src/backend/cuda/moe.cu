@@ -4,16 +4,17 @@
 //
 // moe_expert_gemm has two tensor-core kernels with one arithmetic (read "The arithmetic both
 // tensor-core kernels share" below), so a pair's output is the same bits alone or in any batch:
-// moe_gemv_kernel for decode-sized batches (a warp streams one expert's 8 weight rows over all of K
-// for one tile of up to 8 pairs, 128 bytes a lane in flight: only the chosen experts are read, once
+// moe_gemv_kernel for decode-sized batches (a warp streams 16 weight rows of one expert over all of
+// K, as the mma's A operand, for one tile of up to 8 pairs: only the chosen experts are read, once
 // per tile) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a block shares each
 // weight load among 16 tiles of one expert, x staged through shared memory with cp.async). With the
-// activation fused (gate_up), a warp's 8 rows are 4 gate rows and the matching 4 up rows, so its
-// epilogue has both halves of act(gate) * up.
+// activation fused (gate_up), the decode kernel's rows are 8 gate rows and the matching 8 up rows,
+// and the tiled kernel's 4 and 4, so each epilogue has both halves of act(gate) * up.
 // MXFP4 experts (bf16 activations): 16 bytes of e2m1 nibbles and one e8m0 scale per lane and super-step,
 // converted exactly to bf16 in registers (table lookups with prmt and one bf16 multiply per pair).
 // Other dtypes (f32, or f16 with MXFP4, whose range cannot hold every scaled value) and K % 32 != 0
 // (a tensor-parallel shard of a small expert) take a plain f32 FMA kernel over the same layout.
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 
@@ -363,68 +364,200 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
   }
 }
 
-// Decode-sized batches: grid (tiles, column groups / kGemvWarps); a warp owns one tile and one column
-// group over all of K. The block stages its tile's x rows (all of K) in shared memory once, after
-// issuing its first weight loads; each warp then streams its weights in batches of kGemvBatch
-// super-steps, one batch in flight while the other is multiplied, and reads only the chosen
-// experts, each once per tile.
+// Decode-sized batches: grid (tiles, row groups / kGemvWarps); a warp owns one tile and 16 weight
+// rows over all of K. The weights are the mma's A operand (rows g and g + 8 of lane (g, t): all 16
+// rows do work) and the tile's x rows its B operand (x row g in lane (g, t)), so each 16-byte
+// piece of x feeds two weight rows and no operand holds zero padding (with x as A, half of A was
+// zero rows: twice the mma per weight byte, and ~6 register moves per mma to place the zeros; ncu
+// counted 211 instructions per 512 bytes of MXFP4 weights, 17% of them moves, and the kernel ran
+// at 0.9 TB/s). Each product is the tiled kernel's, element for element: the same k of every piece
+// meet in the same mma in the same order, only the roles of A and B are swapped.
+// The block stages its tile's x rows (all of K) in shared memory once, after issuing its first
+// weight loads: only the first staged_rows rows (a tile holds at most as many pairs as the step
+// has), so that a batch of one stages one row and the blocks fit the SM by registers, not by x.
+// Each warp then streams its weights in batches of kGemvBatch super-steps, one batch in flight
+// while the other is multiplied, through per-lane pointers advanced by a super-step's bytes (the
+// 64-bit row and scale-block arithmetic of every load was ~25 instructions a step).
 constexpr int kGemvWarps = 4;
+constexpr int kGemvRows = 16;  // weight rows per warp
 template <bool kMxfp4>
-constexpr int kGemvBatch = kMxfp4 ? 4 : 2;  // super-steps a batch: 64 / 128 bytes a lane
+constexpr int kGemvBatch = kMxfp4 ? 2 : 1;  // super-steps a batch: 64 / 128 bytes a lane
+
+// Lane (g, t)'s two weight rows of one super-step (row g: lo, row g + 8: hi).
+template <typename T, bool kMxfp4>
+struct RowPairStep {
+  WeightStep<T, kMxfp4> lo, hi;
+};
+
+// The lane's weight rows g and g + 8 of its warp's group, as byte pointers at the lane's first k.
+template <typename T, bool kMxfp4>
+struct RowPairStream {
+  static constexpr int kStepBytes = kMxfp4 ? kSuperK / 2 : kSuperK * static_cast<int>(sizeof(T));
+  const uint8_t* lo;
+  const uint8_t* hi;
+  const uint8_t* scale_lo;  // MXFP4: the lane's e8m0 scale of the super-step (one group of 32 k)
+  const uint8_t* scale_hi;
+  bool ok_lo, ok_hi;  // the row exists (the last group of an N that is not a multiple of 16)
+  int lane_k, k;
+
+  __device__ __forceinline__ RowPairStream(const MoeGemmArgs& a, int expert, int64_t row_lo, int64_t row_hi,
+                                           bool ok_lo_, bool ok_hi_, int t)
+      : ok_lo(ok_lo_), ok_hi(ok_hi_), lane_k(32 * t), k(static_cast<int>(a.k)) {
+    const int64_t first = static_cast<int64_t>(expert) * a.n;
+    const int64_t row_bytes = kMxfp4 ? a.k / 2 : a.k * static_cast<int64_t>(sizeof(T));
+    const uint8_t* base = static_cast<const uint8_t*>(a.weight) + (kMxfp4 ? 16 * t : 64 * t);
+    lo = base + (first + (ok_lo ? row_lo : 0)) * row_bytes;
+    hi = base + (first + (ok_hi ? row_hi : 0)) * row_bytes;
+    scale_lo = scale_hi = nullptr;
+    if constexpr (kMxfp4) {
+      scale_lo = a.scales + (first + (ok_lo ? row_lo : 0)) * (a.k / 32) + t;
+      scale_hi = a.scales + (first + (ok_hi ? row_hi : 0)) * (a.k / 32) + t;
+    }
+  }
+
+  __device__ __forceinline__ static void load_row(WeightStep<T, kMxfp4>& w, const uint8_t* p, const uint8_t* scale,
+                                                  bool in, int step) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    w.scale = 127;
+    if constexpr (kMxfp4) {
+      w.v[0] = in ? load_streaming(p + step * kStepBytes) : zero;
+      if (in) w.scale = __ldg(scale + step * (kSuperK / 32));
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w.v[u] = in ? load_streaming(p + step * kStepBytes + 16 * u) : zero;
+    }
+  }
+
+  // Super-step `step` (rows out of range, or k past K, load zeros).
+  __device__ __forceinline__ void load(RowPairStep<T, kMxfp4>& w, int step) const {
+    const bool in_k = step * kSuperK + lane_k < k;
+    load_row(w.lo, lo, scale_lo, ok_lo && in_k, step);
+    load_row(w.hi, hi, scale_hi, ok_hi && in_k, step);
+  }
+};
 
 template <typename T, bool kMxfp4, int kBatch>
-__device__ __forceinline__ void load_weight_batch(WeightStep<T, kMxfp4> (&w)[kBatch], const MoeGemmArgs& a,
-                                                  int64_t row, bool ok, int64_t first_step, int64_t steps, int t) {
+__device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[kBatch],
+                                                    const RowPairStream<T, kMxfp4>& stream, int first_step) {
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) load_weight_step(w[b], a, row, ok && first_step + b < steps, first_step + b, t);
+  for (int b = 0; b < kBatch; ++b) stream.load(w[b], first_step + b);
 }
 
-// c += the batch's super-steps (those below `steps`) times x_row's pieces (nullptr: a row without a
-// pair, whose A rows are zero).
+// c += the batch's super-steps (those below `steps`): weight rows g, g + 8 times x_row's pieces
+// (nullptr: a row without a pair, whose B column is zero).
 template <typename T, bool kMxfp4, int kBatch>
-__device__ __forceinline__ void multiply_batch(float (&c)[4], const WeightStep<T, kMxfp4> (&w)[kBatch],
-                                               const uint4* x_row, int64_t first_step, int64_t steps, int t) {
+__device__ __forceinline__ void multiply_row_pair_batch(float (&c)[4], const RowPairStep<T, kMxfp4> (&w)[kBatch],
+                                                        const uint4* x_row, int first_step, int steps, int t) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) {
-    const int64_t s = first_step + b;
+    const int s = first_step + b;
     if (s >= steps) break;  // warp-uniform
-    uint4 pieces_w[4];
-    weight_pieces(w[b], pieces_w);
+    // Piece by piece (two pieces of weights live at a time, not eight); MXFP4 takes the fast
+    // conversion when every lane's scales allow it (always, for real checkpoints), a warp-uniform test.
+    auto multiply = [&](auto piece) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const uint4 xv = x_row != nullptr ? x_row[s * kSuperPieces + u * 4 + t] : zero;
-      mma_16816<T>(c, xv.x, xv.y, pieces_w[u].x, pieces_w[u].y);
-      mma_16816<T>(c, xv.z, xv.w, pieces_w[u].z, pieces_w[u].w);
+      for (int u = 0; u < 4; ++u) {
+        const uint4 lo = piece(w[b].lo, u), hi = piece(w[b].hi, u);
+        const uint4 xv = x_row != nullptr ? x_row[s * kSuperPieces + u * 4 + t] : zero;
+        mma_16816_rows16<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+        mma_16816_rows16<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+      }
+    };
+    if constexpr (kMxfp4) {
+      const bool fast = w[b].lo.scale >= 16u && w[b].lo.scale <= 129u && w[b].hi.scale >= 16u && w[b].hi.scale <= 129u;
+      if (__all_sync(kFullMask, fast)) {
+        multiply([](const WeightStep<T, kMxfp4>& r, int u) {
+          const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+          return mxfp4_piece_fast(words[u], r.scale);
+        });
+      } else {
+        multiply([](const WeightStep<T, kMxfp4>& r, int u) {
+          const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+          return mxfp4_piece(words[u], r.scale);
+        });
+      }
+    } else {
+      multiply([](const WeightStep<T, kMxfp4>& r, int u) { return r.v[u]; });
     }
   }
 }
 
+// The decode kernel's weight rows of lane group g in row group `group`: 16 rows n (lo = group * 16 + g,
+// hi = lo + 8), or with the activation fused gate row n = group * 8 + g (lo) and its up row (hi).
+__device__ __forceinline__ void gemv_weight_rows(const MoeGemmArgs& a, int64_t group, int g, int64_t& lo,
+                                                 int64_t& hi, bool& ok_lo, bool& ok_hi) {
+  if (!a.fuse_act) {
+    lo = group * kGemvRows + g;
+    hi = lo + 8;
+    ok_lo = lo < a.n;
+    ok_hi = hi < a.n;
+    return;
+  }
+  const int64_t half = a.n / 2, n = group * (kGemvRows / 2) + g;
+  ok_lo = ok_hi = n < half;
+  lo = n;
+  hi = half + n;
+}
+
+// Lane (g, t)'s sums: c0, c1 = row lo for the tile's pairs 2t, 2t + 1; c2, c3 = row hi for the same
+// pairs. Each is rounded, the bias added (rounded), then stored, or act(gate) * up with the gate in
+// lo and the up in hi (as store_pair_row does for the tiled kernel).
+template <typename T>
+__device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, int expert, int64_t group, int64_t tile, int g,
+                                               int t, const float (&c)[4]) {
+  const T* bias = static_cast<const T*>(a.bias);
+  int64_t lo, hi;
+  bool ok_lo, ok_hi;
+  gemv_weight_rows(a, group, g, lo, hi, ok_lo, ok_hi);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int pair = a.tile_pairs[tile * kTileRows + 2 * t + j];
+    if (pair < 0) continue;
+    T* out = static_cast<T*>(a.out) + pair * a.ld_out;
+    float y_lo = round_to<T>(c[j]), y_hi = round_to<T>(c[j + 2]);
+    if (bias != nullptr) {
+      if (ok_lo) y_lo = round_to<T>(__fadd_rn(y_lo, to_f32(bias[expert * a.n + lo])));
+      if (ok_hi) y_hi = round_to<T>(__fadd_rn(y_hi, to_f32(bias[expert * a.n + hi])));
+    }
+    if (a.fuse_act) {
+      if (ok_lo) out[lo] = apply_act<T>(a.act, y_lo, y_hi);
+      continue;
+    }
+    if (ok_lo) out[lo] = from_f32<T>(y_lo);
+    if (ok_hi) out[hi] = from_f32<T>(y_hi);
+  }
+}
 
 template <typename T, bool kMxfp4>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    moe_gemv_kernel(MoeGemmArgs a, int row_pieces) {
-  extern __shared__ uint4 x_rows[];  // [8][row_pieces]
+    moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows) {
+  extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces]
   const int64_t tile = blockIdx.x;
   const int expert = a.tile_experts[tile];
   if (expert < 0) return;  // block-uniform: used tiles come first
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvWarps + warp;
-  bool ok = false;
-  const int64_t row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, group, g, ok);
-  const int64_t steps = (a.k + kSuperK - 1) / kSuperK;
+  int64_t row_lo, row_hi;
+  bool ok_lo, ok_hi;
+  gemv_weight_rows(a, group, g, row_lo, row_hi, ok_lo, ok_hi);
+  const RowPairStream<T, kMxfp4> stream(a, expert, row_lo, row_hi, ok_lo, ok_hi, t);
+  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
+  constexpr int kBatch = kGemvBatch<kMxfp4>;
   // Two batches of weights in registers: the next one is in flight while this one is multiplied
-  // (at batch 1 a step has ~12-22 warps an SM, too few to cover the memory latency by turns).
-  WeightStep<T, kMxfp4> w0[kGemvBatch<kMxfp4>], w1[kGemvBatch<kMxfp4>];
-  load_weight_batch(w0, a, row, ok, 0, steps, t);
+  // (at batch 1 a step has ~12-24 warps an SM, too few to cover the memory latency by turns).
+  RowPairStep<T, kMxfp4> w0[kBatch], w1[kBatch];
+  load_row_pair_batch(w0, stream, 0);
 
-  // Rows without a pair are neither staged nor read; 32-bit index math (a 64-bit division per piece
+  // A tile's pairs fill its rows from the first (moe_group), and there are at most as many as the
+  // step's pairs: rows from staged_rows on are empty. 32-bit index math (a 64-bit division per piece
   // cost more than the weights' stream at batch 1).
-  const int pieces = static_cast<int>(steps) * kSuperPieces, k_pieces = static_cast<int>(a.k / 8);
+  const int pieces = steps * kSuperPieces, k_pieces = static_cast<int>(a.k / 8);
   for (int r = 0; r < kTileRows; ++r) {
     const int pair = a.tile_pairs[tile * kTileRows + r];
     if (pair < 0) continue;  // block-uniform
+    if (r >= staged_rows) __trap();  // more pairs in a tile than in the step: a broken moe_group invariant
     const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + pair / a.pairs_per_x_row * a.ld_x);
     for (int q = static_cast<int>(threadIdx.x); q < pieces; q += static_cast<int>(blockDim.x))
       x_rows[r * row_pieces + staged_piece(q)] = q < k_pieces ? __ldg(x + q) : make_uint4(0, 0, 0, 0);
@@ -434,14 +567,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   const int pair = a.tile_pairs[tile * kTileRows + g];
   const uint4* x_row = pair >= 0 ? x_rows + g * row_pieces : nullptr;
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  constexpr int kBatch = kGemvBatch<kMxfp4>;
-  for (int64_t s0 = 0; s0 < steps; s0 += 2 * kBatch) {
-    load_weight_batch(w1, a, row, ok, s0 + kBatch, steps, t);
-    multiply_batch<T>(c, w0, x_row, s0, steps, t);
-    load_weight_batch(w0, a, row, ok, s0 + 2 * kBatch, steps, t);
-    multiply_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
+  for (int s0 = 0; s0 < steps; s0 += 2 * kBatch) {
+    load_row_pair_batch(w1, stream, s0 + kBatch);
+    multiply_row_pair_batch<T>(c, w0, x_row, s0, steps, t);
+    load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
+    multiply_row_pair_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
   }
-  store_pair_row<T>(a, expert, group, pair, t, c[0], c[1]);
+  store_row_pair<T>(a, expert, group, tile, g, t, c);
 }
 
 // Larger batches: grid (tile blocks of kGemmTiles, column groups / kGemmWarps). A block walks its
@@ -645,7 +777,8 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
   const int64_t columns_per_group = args.fuse_act ? kTileRows / 2 : kTileRows;
   const int64_t groups = (out_columns + columns_per_group - 1) / columns_per_group;
-  if (groups > 65535 * int64_t{kGemvWarps} || args.num_tiles > 0x7fffffff ||
+  // The decode kernel's step and byte offsets are 32-bit.
+  if (groups > 65535 * int64_t{kGemvWarps} || args.num_tiles > 0x7fffffff || args.k > (int64_t{1} << 29) ||
       (args.scales != nullptr && args.k % 32 != 0))
     return cudaErrorInvalidValue;
   const bool mxfp4 = args.scales != nullptr;
@@ -655,7 +788,11 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
   const bool mma = aligned && (dtype == DType::kBF16 || (dtype == DType::kF16 && !mxfp4));
   const int64_t steps = (args.k + kSuperK - 1) / kSuperK;
   const int row_pieces = static_cast<int>(steps * kSuperPieces + 4);
-  const int64_t gemv_smem = int64_t{kTileRows} * row_pieces * 16;
+  // A tile holds at most as many pairs as the step has: a batch of one stages one x row, not eight.
+  const int staged_rows = static_cast<int>(std::min<int64_t>(kTileRows, std::max<int64_t>(args.num_pairs, 1)));
+  const int64_t gemv_smem = int64_t{staged_rows} * row_pieces * 16;
+  const int64_t gemv_groups = args.fuse_act ? (args.n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
+                                            : (args.n + kGemvRows - 1) / kGemvRows;
   const int64_t gemm_smem = int64_t{2} * kGemmTiles * kTileRows * kGemmRowPieces * 16;
   if (mma && gemv_smem <= smem_optin_limit() && gemm_smem <= smem_optin_limit()) {
     auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
@@ -671,8 +808,9 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
         // the later ones.
         cudaError_t e = allow_dynamic_smem(gemv_kernel, smem_optin_limit(), gemv_raised);
         if (e != cudaSuccess) return e;
-        const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>((groups + kGemvWarps - 1) / kGemvWarps));
-        gemv_kernel<<<grid, kGemvWarps * 32, gemv_smem, stream>>>(args, row_pieces);
+        const dim3 grid(static_cast<unsigned>(args.num_tiles),
+                        static_cast<unsigned>((gemv_groups + kGemvWarps - 1) / kGemvWarps));
+        gemv_kernel<<<grid, kGemvWarps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
       }
       return cudaGetLastError();
     };

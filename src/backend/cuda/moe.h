@@ -28,6 +28,7 @@ struct MoeGemmArgs {
   const int32_t* tile_pairs = nullptr;
   const int32_t* tile_experts = nullptr;
   int64_t num_tiles = 0;
+  int64_t num_pairs = 0;          // out's rows: the pairs of the step (a tile holds at most min(8, num_pairs))
   int64_t n = 0, k = 0;           // k % 32 == 0
   int64_t pairs_per_x_row = 1;
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
