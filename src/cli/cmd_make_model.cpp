@@ -27,6 +27,9 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--group-size", options->group_size, "awq / gptq group size (default 128, or 64 / 32 when 128 "
                                                        "does not divide the preset's widths)");
   cmd->add_flag("--mtp", options->mtp, "hybrid presets: write the multi-token-prediction head (mtp.*) too");
+  cmd->add_option("--num-layers", options->num_layers,
+                  "decoder layers (default: the preset's): a cut-down model of the same layer shapes, for "
+                  "kernel measurements");
   cmd->callback([options, dtype_name_arg, no_tokenizer] {
     if (!parse_dtype(*dtype_name_arg, &options->dtype))
       throw CommandError(fmt::format("[make-model] unknown dtype '{}': bf16, f16 or f32", *dtype_name_arg));
@@ -38,8 +41,9 @@ void add_make_model_command(CLI::App& app) {
           (std::filesystem::path(default_tokenizer_assets_dir()) / preset_tokenizer(options->preset)).string();
     }
     throw_if_error(make_model(*options));
-    std::printf("wrote %s (preset %s, seed %llu, %s%s%s, random weights)\n", options->out_dir.c_str(),
-                options->preset.c_str(), static_cast<unsigned long long>(options->seed),
+    const std::string layers = options->num_layers > 0 ? fmt::format(", {} layers", options->num_layers) : "";
+    std::printf("wrote %s (preset %s%s, seed %llu, %s%s%s, random weights)\n", options->out_dir.c_str(),
+                options->preset.c_str(), layers.c_str(), static_cast<unsigned long long>(options->seed),
                 std::string(dtype_name(options->dtype)).c_str(), options->quantize.empty() ? "" : ", quantized ",
                 options->quantize.c_str());
   });

@@ -546,6 +546,24 @@ std::vector<std::string> make_model_presets() {
   return names;
 }
 
+namespace {
+
+// The preset cut to (or grown to) `num_layers` decoder layers (0: as it is); an explicit per-layer
+// pattern (gpt-oss's layer_types) repeats from its start, as the layers' own rule would.
+Preset with_num_layers(Preset preset, int64_t num_layers) {
+  if (num_layers == 0 || num_layers == preset.num_layers) return preset;
+  if (preset.extra_config.contains("layer_types")) {
+    const Json pattern = preset.extra_config["layer_types"];
+    Json types = Json::array();
+    for (int64_t i = 0; i < num_layers; ++i) types.push_back(pattern[static_cast<size_t>(i) % pattern.size()]);
+    preset.extra_config["layer_types"] = types;
+  }
+  preset.num_layers = num_layers;
+  return preset;
+}
+
+}  // namespace
+
 Status make_model(const MakeModelOptions& options) {
   const auto it = presets().find(options.preset);
   if (it == presets().end())
@@ -553,7 +571,10 @@ Status make_model(const MakeModelOptions& options) {
                             fmt::join(make_model_presets(), ", "));
   if (options.dtype != DType::kBF16 && options.dtype != DType::kF32 && options.dtype != DType::kF16)
     return invalid_argument("[make-model] dtype must be bf16, f16 or f32");
-  const Preset& preset = it->second;
+  if (options.num_layers < 0 || options.num_layers > 4096)
+    return invalid_argument("[make-model] --num-layers {}: give 1 to 4096 (0 = the preset's {})", options.num_layers,
+                            it->second.num_layers);
+  const Preset preset = with_num_layers(it->second, options.num_layers);
   if (!options.quantize.empty() && options.quantize != "fp8" && options.quantize != "awq" && options.quantize != "gptq")
     return invalid_argument("[make-model] --quantize '{}' is not a format pagellm writes (fp8, awq or gptq)",
                             options.quantize);

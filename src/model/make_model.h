@@ -28,6 +28,10 @@ struct MakeModelOptions {
   int64_t group_size = 0;
   // Hybrid presets: write the MTP head (mtp.*) too (qwen3.5-0.8b always does, as the released model).
   bool mtp = false;
+  // 0: the preset's decoder layers; otherwise this many, of the same shapes and layer-type pattern (a
+  // cut-down model whose per-layer kernels cost what the full one's do, made and loaded in a fraction
+  // of the time: for kernel measurements, not for end-to-end numbers).
+  int64_t num_layers = 0;
 };
 
 std::vector<std::string> make_model_presets();

@@ -79,6 +79,41 @@ TEST(MakeModel, UnknownPresetIsAClearError) {
   EXPECT_NE(st.message().find("unknown preset 'gpt-5'"), std::string::npos);
 }
 
+// --num-layers: the same layer shapes, fewer (or more) of them; a per-layer pattern (gpt-oss's
+// alternating sliding / full attention) repeats from its start; the checkpoint loads.
+TEST(MakeModel, NumLayersCutsTheModelAndKeepsTheLayerPattern) {
+  auto backend = make_backend("cpu");
+  for (const auto& [preset, layers] : {std::pair<std::string, int64_t>{"qwen3-micro", 3}, {"gpt-oss-micro", 3},
+                                       {"qwen3-moe-micro", 1}, {"qwen3.5-micro", 5}}) {
+    MakeModelOptions o;
+    o.preset = preset;
+    o.out_dir = temp_dir("layers").string();
+    o.dtype = DType::kF32;
+    o.num_layers = layers;
+    ASSERT_TRUE(make_model(o).is_ok()) << preset;
+    const std::string config = read_bytes(fs::path(o.out_dir) / "config.json");
+    EXPECT_NE(config.find("\"num_hidden_layers\": " + std::to_string(layers)), std::string::npos) << preset;
+    if (preset == "gpt-oss-micro") {
+      std::string compact = config;
+      std::erase_if(compact, [](char c) { return c == ' ' || c == '\n'; });
+      EXPECT_NE(compact.find("\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\"]"),
+                std::string::npos)
+          << config;
+    }
+    auto model = load_model(o.out_dir, **backend);
+    ASSERT_TRUE(model.has_value()) << preset << ": " << model.status().message();
+    EXPECT_EQ((*model)->config().num_hidden_layers, layers) << preset;
+    fs::remove_all(o.out_dir);
+  }
+  MakeModelOptions bad;
+  bad.preset = "qwen3-micro";
+  bad.out_dir = temp_dir("layers_bad").string();
+  bad.num_layers = -2;
+  const Status st = make_model(bad);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("--num-layers -2"), std::string::npos) << st.message();
+}
+
 TEST(LoadModel, UnknownArchitectureListsTheSupportedOnes) {
   MakeModelOptions o;
   o.preset = "qwen3-micro";
