@@ -383,6 +383,22 @@ constexpr int kGemvRows = 16;  // weight rows per warp
 template <bool kMxfp4>
 constexpr int kGemvBatch = kMxfp4 ? 2 : 1;  // super-steps a batch: 64 / 128 bytes a lane
 
+// The decode kernel's weight rows of lane group g in row group `group`: 16 rows n (lo = group * 16 + g,
+// hi = lo + 8), or with the activation fused gate row n = group * 8 + g (lo) and its up row (hi);
+// ok: the row exists (the last group of an N that is not a multiple of 16).
+struct GemvRows {
+  int64_t lo, hi;
+  bool ok_lo, ok_hi;
+};
+__device__ __forceinline__ GemvRows gemv_weight_rows(const MoeGemmArgs& a, int64_t group, int g) {
+  if (!a.fuse_act) {
+    const int64_t lo = group * kGemvRows + g;
+    return {lo, lo + 8, lo < a.n, lo + 8 < a.n};
+  }
+  const int64_t half = a.n / 2, n = group * (kGemvRows / 2) + g;
+  return {n, half + n, n < half, n < half};
+}
+
 // Lane (g, t)'s two weight rows of one super-step (row g: lo, row g + 8: hi).
 template <typename T, bool kMxfp4>
 struct RowPairStep {
@@ -400,18 +416,19 @@ struct RowPairStream {
   bool ok_lo, ok_hi;  // the row exists (the last group of an N that is not a multiple of 16)
   int lane_k, k;
 
-  __device__ __forceinline__ RowPairStream(const MoeGemmArgs& a, int expert, int64_t row_lo, int64_t row_hi,
-                                           bool ok_lo_, bool ok_hi_, int t)
-      : ok_lo(ok_lo_), ok_hi(ok_hi_), lane_k(32 * t), k(static_cast<int>(a.k)) {
-    const int64_t first = static_cast<int64_t>(expert) * a.n;
+  __device__ __forceinline__ RowPairStream(const MoeGemmArgs& a, int expert, const GemvRows& rows, int t)
+      : ok_lo(rows.ok_lo), ok_hi(rows.ok_hi), lane_k(32 * t), k(static_cast<int>(a.k)) {
+    // Rows out of range read row 0 of the expert, never loaded (ok is false).
+    const int64_t row_lo = static_cast<int64_t>(expert) * a.n + (ok_lo ? rows.lo : 0);
+    const int64_t row_hi = static_cast<int64_t>(expert) * a.n + (ok_hi ? rows.hi : 0);
     const int64_t row_bytes = kMxfp4 ? a.k / 2 : a.k * static_cast<int64_t>(sizeof(T));
     const uint8_t* base = static_cast<const uint8_t*>(a.weight) + (kMxfp4 ? 16 * t : 64 * t);
-    lo = base + (first + (ok_lo ? row_lo : 0)) * row_bytes;
-    hi = base + (first + (ok_hi ? row_hi : 0)) * row_bytes;
+    lo = base + row_lo * row_bytes;
+    hi = base + row_hi * row_bytes;
     scale_lo = scale_hi = nullptr;
     if constexpr (kMxfp4) {
-      scale_lo = a.scales + (first + (ok_lo ? row_lo : 0)) * (a.k / 32) + t;
-      scale_hi = a.scales + (first + (ok_hi ? row_hi : 0)) * (a.k / 32) + t;
+      scale_lo = a.scales + row_lo * (a.k / 32) + t;
+      scale_hi = a.scales + row_hi * (a.k / 32) + t;
     }
   }
 
@@ -483,33 +500,15 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[4], const Row
   }
 }
 
-// The decode kernel's weight rows of lane group g in row group `group`: 16 rows n (lo = group * 16 + g,
-// hi = lo + 8), or with the activation fused gate row n = group * 8 + g (lo) and its up row (hi).
-__device__ __forceinline__ void gemv_weight_rows(const MoeGemmArgs& a, int64_t group, int g, int64_t& lo,
-                                                 int64_t& hi, bool& ok_lo, bool& ok_hi) {
-  if (!a.fuse_act) {
-    lo = group * kGemvRows + g;
-    hi = lo + 8;
-    ok_lo = lo < a.n;
-    ok_hi = hi < a.n;
-    return;
-  }
-  const int64_t half = a.n / 2, n = group * (kGemvRows / 2) + g;
-  ok_lo = ok_hi = n < half;
-  lo = n;
-  hi = half + n;
-}
-
 // Lane (g, t)'s sums: c0, c1 = row lo for the tile's pairs 2t, 2t + 1; c2, c3 = row hi for the same
 // pairs. Each is rounded, the bias added (rounded), then stored, or act(gate) * up with the gate in
 // lo and the up in hi (as store_pair_row does for the tiled kernel).
 template <typename T>
-__device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, int expert, int64_t group, int64_t tile, int g,
+__device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, int expert, const GemvRows& rows, int64_t tile,
                                                int t, const float (&c)[4]) {
   const T* bias = static_cast<const T*>(a.bias);
-  int64_t lo, hi;
-  bool ok_lo, ok_hi;
-  gemv_weight_rows(a, group, g, lo, hi, ok_lo, ok_hi);
+  const int64_t lo = rows.lo, hi = rows.hi;
+  const bool ok_lo = rows.ok_lo, ok_hi = rows.ok_hi;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int pair = a.tile_pairs[tile * kTileRows + 2 * t + j];
@@ -539,14 +538,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvWarps + warp;
-  int64_t row_lo, row_hi;
-  bool ok_lo, ok_hi;
-  gemv_weight_rows(a, group, g, row_lo, row_hi, ok_lo, ok_hi);
-  const RowPairStream<T, kMxfp4> stream(a, expert, row_lo, row_hi, ok_lo, ok_hi, t);
+  const GemvRows rows = gemv_weight_rows(a, group, g);
+  const RowPairStream<T, kMxfp4> stream(a, expert, rows, t);
   const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
   constexpr int kBatch = kGemvBatch<kMxfp4>;
   // Two batches of weights in registers: the next one is in flight while this one is multiplied
-  // (at batch 1 a step has ~12-24 warps an SM, too few to cover the memory latency by turns).
+  // (at batch 1 a launch has ~6-12 warps an SM, too few to cover the memory latency by turns).
   RowPairStep<T, kMxfp4> w0[kBatch], w1[kBatch];
   load_row_pair_batch(w0, stream, 0);
 
@@ -573,7 +570,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
     multiply_row_pair_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
   }
-  store_row_pair<T>(a, expert, group, tile, g, t, c);
+  store_row_pair<T>(a, expert, rows, tile, t, c);
 }
 
 // Larger batches: grid (tile blocks of kGemmTiles, column groups / kGemmWarps). A block walks its
