@@ -163,6 +163,7 @@ struct AttentionPlan {
   int64_t decode_splits = 0;          // 0: no decode kernel
   int64_t decode_unit_chunks = 1;     // 1 or 4 (a partition)
   int64_t decode_units = 0;           // unit states per (row, head) in `partials`
+  int64_t decode_head_parts = 1;      // blocks a (sequence, kv head) pair's query heads are split over
   int64_t decode_smem_bytes = 0;
   int64_t partial_floats = 0;         // scratch `partials` must hold
 };
