@@ -356,11 +356,13 @@ class Backend {
     CHECK_MSG(false, "[{}] moe_expert_gemm is not implemented on this backend", name());
   }
   // The combine, in place on out [T, H]: for each token, its slots in ascending expert order,
-  //   out[t] = round(out[t] + round(topk_weights[t, j] * y[t * k + j])), y [T * k, H].
+  //   out[t] = round(out[t] + round(topk_weights[t, j] * y[t * k + j])), y [T * k, H],
+  // from out's rows (accumulate) or from +0 (out is only written: the MoE block without a shared expert,
+  // transformers' index_add into a zero tensor, without a launch to zero it first).
   // (Ascending experts: the order transformers' per-expert index_add uses; fixed, so deterministic and
   // batch invariant.)
   virtual void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                           const TensorView& topk_weights) {
+                           const TensorView& topk_weights, bool accumulate) {
     CHECK_MSG(false, "[{}] moe_combine is not implemented on this backend", name());
   }
 

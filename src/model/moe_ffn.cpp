@@ -135,15 +135,13 @@ void MoeFfn::shared_swiglu(const SwiGluWeights& w, const TensorView& x, TensorVi
 void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) {
   const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
   const int64_t top_k = config_.num_experts_per_tok, pairs = num_tokens * top_k;
-  // The shared expert writes `out` first; the routed experts add into it (into zeros without one, as
-  // transformers' index_add into a zero tensor: 0 x the finite normed rows).
+  // The shared expert writes `out` first and the routed experts add into it; without one the combine
+  // starts from zeros (transformers' index_add into a zero tensor).
   if (w.has_shared_expert()) {
     TensorView shared_gate = act_.rows(kSharedGate, num_tokens);  // [T, 1]
     shared_swiglu(w.shared, normed, out);
     backend_.matmul(shared_gate, normed, w.shared_gate);
     backend_.sigmoid_mul(out, out, shared_gate);
-  } else {
-    backend_.scale(out, normed, 0.0f);
   }
 
   TensorView router = act_.rows(kRouter, num_tokens);  // [T, E]
@@ -162,7 +160,7 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
   backend_.moe_expert_gemm(act, normed, w.gate_up.view(), tile_pairs, tile_experts, top_k,
                            gpt_oss ? Activation::kClampedSwiglu : Activation::kSilu);
   backend_.moe_expert_gemm(expert_out, act, w.down.view(), tile_pairs, tile_experts, 1, std::nullopt);
-  backend_.moe_combine(out, expert_out, topk_ids, topk_weights);
+  backend_.moe_combine(out, expert_out, topk_ids, topk_weights, w.has_shared_expert());
 }
 
 }  // namespace pagellm

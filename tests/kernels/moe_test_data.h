@@ -141,7 +141,7 @@ inline MoeRun run_grouped(Backend& backend, const MoeCase& c) {
   const MoeExpertWeights down{o.down.view(), o.down_scales.view(), o.down_bias.view()};
   backend.moe_expert_gemm(r.act.view(), o.x.view(), gate_up, r.tile_pairs.view(), r.tile_experts.view(), c.top_k, c.act);
   backend.moe_expert_gemm(r.y.view(), r.act.view(), down, r.tile_pairs.view(), r.tile_experts.view(), 1, std::nullopt);
-  backend.moe_combine(r.out.view(), r.y.view(), r.topk_ids.view(), r.topk_weights.view());
+  backend.moe_combine(r.out.view(), r.y.view(), r.topk_ids.view(), r.topk_weights.view(), true);
   return {host_copy(backend, r.topk_ids),   host_copy(backend, r.topk_weights), host_copy(backend, r.tile_pairs),
           host_copy(backend, r.tile_experts), host_copy(backend, r.act),         host_copy(backend, r.y),
           host_copy(backend, r.out)};

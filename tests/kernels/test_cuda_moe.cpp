@@ -55,16 +55,17 @@ TEST(CudaMoe, MatchesTheCpuTwins) {
 TEST(CudaMoe, CombineIsBitwiseTheCpuTwin) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
-  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+  for (const DType dtype : {DType::kBF16, DType::kF32})
+    for (const bool accumulate : {true, false}) {
     const MoeCase c = make_case(64, dtype, false, 7);
     const MoeRun routed = run_grouped(cpu, c);
     Tensor want = reshaped(c.residual, c.residual.shape());
-    cpu.moe_combine(want.view(), routed.y.view(), routed.topk_ids.view(), routed.topk_weights.view());
+    cpu.moe_combine(want.view(), routed.y.view(), routed.topk_ids.view(), routed.topk_weights.view(), accumulate);
     const Tensor out = cuda_test::to_device(*gpu, c.residual.view()), y = cuda_test::to_device(*gpu, routed.y.view());
     const Tensor ids = cuda_test::to_device(*gpu, routed.topk_ids.view());
     const Tensor weights = cuda_test::to_device(*gpu, routed.topk_weights.view());
-    gpu->moe_combine(out.view(), y.view(), ids.view(), weights.view());
-    EXPECT_TRUE(same_bits(want, cuda_test::to_host(*gpu, out.view()))) << dtype_name(dtype);
+    gpu->moe_combine(out.view(), y.view(), ids.view(), weights.view(), accumulate);
+    EXPECT_TRUE(same_bits(want, cuda_test::to_host(*gpu, out.view()))) << dtype_name(dtype) << " " << accumulate;
   }
 }
 

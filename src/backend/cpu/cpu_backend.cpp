@@ -327,8 +327,8 @@ void CpuBackend::moe_expert_gemm(TensorView out, const TensorView& x, const MoeE
 }
 
 void CpuBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                             const TensorView& topk_weights) {
-  cpu::moe_combine(out, y, topk_ids, topk_weights);
+                             const TensorView& topk_weights, bool accumulate) {
+  cpu::moe_combine(out, y, topk_ids, topk_weights, accumulate);
 }
 
 void CpuBackend::add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,

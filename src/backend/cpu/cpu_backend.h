@@ -57,7 +57,7 @@ class CpuBackend final : public Backend {
   void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w, const TensorView& tile_pairs,
                        const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
   void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                   const TensorView& topk_weights) override;
+                   const TensorView& topk_weights, bool accumulate) override;
   void argmax(TensorView ids, const TensorView& logits) override;
   void log_softmax(TensorView out, const TensorView& logits) override;
 };

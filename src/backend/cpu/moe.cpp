@@ -149,7 +149,8 @@ void moe_expert_gemm(Backend& ops, TensorView out, const TensorView& x, const Mo
   }
 }
 
-void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids, const TensorView& topk_weights) {
+void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids, const TensorView& topk_weights,
+                 bool accumulate) {
   const int64_t num_tokens = topk_ids.size(0), top_k = topk_ids.size(1);
   const RowLayout dst(out), src(y);
   CHECK_MSG(topk_ids.dtype == DType::kI32 && topk_weights.dtype == DType::kF32 && topk_ids.is_contiguous() &&
@@ -163,7 +164,8 @@ void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids
     const int32_t* ids = topk_ids.ptr<int32_t>() + t * top_k;
     for (int64_t j = 0; j < top_k; ++j) order[static_cast<size_t>(j)] = j;
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
-    load_row_f32(out, dst, t, acc.data());
+    if (accumulate) load_row_f32(out, dst, t, acc.data());
+    else std::fill(acc.begin(), acc.end(), 0.0f);
     for (const int64_t j : order) {
       const float w = topk_weights.ptr<float>()[t * top_k + j];
       load_row_f32(y, src, t * top_k + j, row.data());

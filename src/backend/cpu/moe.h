@@ -16,6 +16,7 @@ void moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView&
 void moe_expert_gemm(Backend& ops, TensorView out, const TensorView& x, const MoeExpertWeights& w,
                      const TensorView& tile_pairs, const TensorView& tile_experts, int64_t pairs_per_x_row,
                      std::optional<Activation> act);
-void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids, const TensorView& topk_weights);
+void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids, const TensorView& topk_weights,
+                 bool accumulate);
 
 }  // namespace pagellm::cpu

@@ -215,7 +215,7 @@ class CudaBackend final : public Backend {
   void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w, const TensorView& tile_pairs,
                        const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
   void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                   const TensorView& topk_weights) override;
+                   const TensorView& topk_weights, bool accumulate) override;
   void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
                        const TensorView& weights) override;
 
@@ -1272,7 +1272,7 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
 }
 
 void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                              const TensorView& topk_weights) {
+                              const TensorView& topk_weights, bool accumulate) {
   const char* op = "moe_combine";
   const cuda::Rows dst = rows_of(out, op, "out"), in = rows_of(y, op, "y");
   CHECK_MSG(topk_ids.ndim() == 2 && topk_ids.size(0) == dst.num_rows && in.num_rows == topk_ids.numel() &&
@@ -1284,7 +1284,7 @@ void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorV
   check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
   CHECK_MSG(topk_ids.size(1) <= 32, "[cuda] {}: {} experts per token; the combine takes at most 32", op, topk_ids.size(1));
   CUDA_CHECK(cuda::launch_moe_combine(out.dtype, dst, in, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
-                                      topk_ids.size(1), stream()));
+                                      topk_ids.size(1), accumulate, stream()));
 }
 
 }  // namespace

@@ -711,7 +711,7 @@ constexpr int kMaxCombineSlots = 32;
 
 template <typename T>
 __global__ void moe_combine_kernel(Rows out, Rows y, const int32_t* __restrict__ topk_ids,
-                                   const float* __restrict__ topk_weights, int top_k) {
+                                   const float* __restrict__ topk_weights, int top_k, bool accumulate) {
   __shared__ int order[kMaxCombineSlots];  // the token's slots in ascending expert order
   const int64_t t = blockIdx.x;
   const int32_t* ids = topk_ids + t * top_k;
@@ -726,7 +726,7 @@ __global__ void moe_combine_kernel(Rows out, Rows y, const int32_t* __restrict__
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (c >= out.row_size) return;
   T* dst = row_ptr<T>(out, t);
-  float acc = to_f32(dst[c]);
+  float acc = accumulate ? to_f32(dst[c]) : 0.0f;
   for (int i = 0; i < top_k; ++i) {
     const int j = order[i];
     const float scaled = round_to<T>(__fmul_rn(topk_weights[t * top_k + j], to_f32(row_ptr<const T>(y, t * top_k + j)[c])));
@@ -830,7 +830,7 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
 }
 
 cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
-                               int64_t top_k, cudaStream_t stream) {
+                               int64_t top_k, bool accumulate, cudaStream_t stream) {
   const int64_t column_blocks = (out.row_size + kCombineThreads - 1) / kCombineThreads;
   if (top_k < 1 || top_k > kMaxCombineSlots || column_blocks > 65535 || out.num_rows > 0x7fffffff)
     return cudaErrorInvalidValue;
@@ -839,7 +839,7 @@ cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* top
   return dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     moe_combine_kernel<T><<<grid, kCombineThreads, 0, stream>>>(out, y, topk_ids, topk_weights,
-                                                                 static_cast<int>(top_k));
+                                                                 static_cast<int>(top_k), accumulate);
     return cudaGetLastError();
   });
 }

@@ -35,8 +35,9 @@ struct MoeGemmArgs {
   Activation act = Activation::kSilu;
 };
 cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream);
-// out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32).
+// out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32); from
+// +0 instead of out's rows when !accumulate.
 cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
-                               int64_t top_k, cudaStream_t stream);
+                               int64_t top_k, bool accumulate, cudaStream_t stream);
 
 }  // namespace pagellm::cuda
