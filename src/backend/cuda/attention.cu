@@ -438,8 +438,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
                                                           int num_splits, int unit_chunks, int64_t num_units,
                                                           float* __restrict__ partials) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t num_kv_heads = a.k_layout.num_kv_heads;
-  const int64_t pair = blockIdx.x / head_parts, part = blockIdx.x % head_parts;
+  // Index arithmetic in 32 bits where it fits (grid indices, chunks, keys of one sequence): a 64-bit
+  // division is ~70 instructions, and integer work was half of a one-chunk block's (ncu, H200).
+  const int num_kv_heads = static_cast<int>(a.k_layout.num_kv_heads);
+  const int pair = static_cast<int>(blockIdx.x) / head_parts, part = static_cast<int>(blockIdx.x) % head_parts;
   const int64_t seq = pair / num_kv_heads, kv_head = pair % num_kv_heads;
   const int64_t row = a.cu_seqlens_q[seq];
   if (a.cu_seqlens_q[seq + 1] - row != 1) return;  // the general kernel's sequence
@@ -449,12 +451,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
   int64_t chunk_begin = keys.chunk_begin, chunk_end = keys.chunk_end;
   if (split) {
     if (chunk_end == chunk_begin) return;  // the merge writes the zeros
-    const int64_t unit_begin = chunk_begin / unit_chunks, unit_end = (chunk_end + unit_chunks - 1) / unit_chunks;
-    const int64_t per = (unit_end - unit_begin + num_splits - 1) / num_splits;
-    const int64_t first = unit_begin + blockIdx.y * per, last = min(unit_end, first + per);
+    const int unit_begin = static_cast<int>(chunk_begin) / unit_chunks;
+    const int unit_end = (static_cast<int>(chunk_end) + unit_chunks - 1) / unit_chunks;
+    const int per = (unit_end - unit_begin + num_splits - 1) / num_splits;
+    const int first = unit_begin + static_cast<int>(blockIdx.y) * per, last = min(unit_end, first + per);
     if (first >= last) return;
-    chunk_begin = max(chunk_begin, first * unit_chunks);
-    chunk_end = min(chunk_end, last * unit_chunks);
+    chunk_begin = max(chunk_begin, static_cast<int64_t>(first) * unit_chunks);
+    chunk_end = min(chunk_end, static_cast<int64_t>(last) * unit_chunks);
   }
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int stage_bytes = 2 * kChunk * row_bytes;
@@ -476,18 +479,27 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
   const char* k_cache = static_cast<const char*>(a.k_cache);
   const char* v_cache = static_cast<const char*>(a.v_cache);
   const int pieces = static_cast<int>(head_dim * static_cast<int64_t>(sizeof(C)) / 16);  // 16-byte pieces per row
+  const int key_begin = static_cast<int>(keys.key_begin), key_end = static_cast<int>(keys.key_end);
+  const int block_keys = static_cast<int>(block_size);
+  const char* k_head = k_cache + kv_head * a.k_layout.stride_head * static_cast<int64_t>(sizeof(C));
+  const char* v_head = v_cache + kv_head * a.v_layout.stride_head * static_cast<int64_t>(sizeof(C));
   auto issue = [&](int64_t chunk, int stage) {
     unsigned char* k_dst = smem + stage * stage_bytes;
     unsigned char* v_dst = k_dst + kChunk * row_bytes;
-    for (int i = tid; i < kChunk * pieces; i += kThreads) {
-      const int j = i / pieces, piece = i % pieces;
-      const int64_t key = chunk * kChunk + j;
-      if (key < keys.key_begin || key >= keys.key_end) continue;
-      const int64_t block = table[key / block_size], in_block = key % block_size;
-      const int64_t k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot + kv_head * a.k_layout.stride_head;
-      const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot + kv_head * a.v_layout.stride_head;
-      cp_async16(k_dst + j * row_bytes + piece * 16, k_cache + k_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
-      cp_async16(v_dst + j * row_bytes + piece * 16, v_cache + v_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
+    auto load_piece = [&](int j, int piece) {
+      const int key = static_cast<int>(chunk) * kChunk + j;
+      if (key < key_begin || key >= key_end) return;
+      const int64_t block = table[key / block_keys], in_block = key % block_keys;
+      const int64_t k_off = block * a.k_layout.stride_block + in_block * a.k_layout.stride_slot;
+      const int64_t v_off = block * a.v_layout.stride_block + in_block * a.v_layout.stride_slot;
+      cp_async16(k_dst + j * row_bytes + piece * 16, k_head + k_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
+      cp_async16(v_dst + j * row_bytes + piece * 16, v_head + v_off * static_cast<int64_t>(sizeof(C)) + piece * 16);
+    };
+    if (kThreads % pieces == 0) {  // head_dim * element bytes a power of two: a thread keeps its piece
+      const int piece = tid % pieces;
+      for (int j = tid / pieces; j < kChunk; j += kThreads / pieces) load_piece(j, piece);
+    } else {
+      for (int i = tid; i < kChunk * pieces; i += kThreads) load_piece(i / pieces, i % pieces);
     }
   };
   issue(chunk_begin, 0);
@@ -496,8 +508,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int g
   cp_async_commit();
 
   const T* q_row = static_cast<const T*>(a.q) + row * a.q_stride_row;
-  for (int64_t i = tid; i < group * head_dim; i += kThreads)
-    q_s[i] = to_f32(q_row[(first_head + i / head_dim) * a.q_stride_head + i % head_dim]);
+  const int dims = static_cast<int>(head_dim);
+  for (int i = tid; i < group * dims; i += kThreads)
+    q_s[i] = to_f32(q_row[(first_head + i / dims) * a.q_stride_head + i % dims]);
   for (int g = tid; g < group; g += kThreads) {
     float* sc = scalars + g * kScalars;
     sc[0] = -INFINITY, sc[1] = 0.0f, sc[2] = -INFINITY, sc[3] = 0.0f;
@@ -683,7 +696,8 @@ constexpr int kMergeBatch = 8;
 
 __global__ void __launch_bounds__(kThreads) decode_merge_kernel(AttentionArgs a, int unit_chunks, int64_t num_units,
                                                                 const float* __restrict__ partials) {
-  const int64_t seq = blockIdx.x / a.num_heads, head = blockIdx.x % a.num_heads;
+  const int num_heads = static_cast<int>(a.num_heads);  // 32-bit division (see decode_kernel)
+  const int64_t seq = static_cast<int>(blockIdx.x) / num_heads, head = static_cast<int>(blockIdx.x) % num_heads;
   const int64_t row = a.cu_seqlens_q[seq];
   if (a.cu_seqlens_q[seq + 1] - row != 1) return;
   const int64_t head_dim = a.k_layout.head_dim, state_size = head_dim + 2;
