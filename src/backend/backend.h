@@ -343,6 +343,14 @@ class Backend {
                          int64_t num_experts) {
     CHECK_MSG(false, "[{}] moe_group is not implemented on this backend", name());
   }
+  // moe_route, then moe_group of its topk_ids over E = logits.size(1) experts: the same results, which
+  // a backend may compute in one launch (decode steps of a few tokens).
+  virtual void moe_route_group(TensorView topk_ids, TensorView topk_weights, TensorView tile_pairs,
+                               TensorView tile_experts, const TensorView& logits, MoeRouting routing,
+                               bool renormalize) {
+    moe_route(topk_ids, topk_weights, logits, routing, renormalize);
+    moe_group(tile_pairs, tile_experts, topk_ids, logits.size(1));
+  }
   // The grouped expert product, one launch for all experts: for every pair p in tile_pairs, with e
   // its tile's expert and x row r = p / pairs_per_x_row,
   //   y = round(x[r] . W_e^T) (+ bias[e], rounded) as matmul (or matmul_mxfp4) then add_bias do;

@@ -148,13 +148,13 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
   w.router.forward(backend_, router, normed);
   TensorView topk_ids = routing_.rows(kTopkIds, num_tokens);         // [T, k] i32
   TensorView topk_weights = weights_.rows(kTopkWeights, num_tokens); // [T, k] f32
-  const bool gpt_oss = style_ == MoeStyle::kGptOss;
-  backend_.moe_route(topk_ids, topk_weights, router, gpt_oss ? MoeRouting::kTopKSoftmax : MoeRouting::kSoftmaxTopK,
-                     !gpt_oss && config_.norm_topk_prob);
   const int64_t num_tiles = moe_max_tiles(pairs, num_experts);
   TensorView tile_pairs = routing_.rows(kTilePairs, num_tiles);  // [tiles, kMoeTileRows] i32
   TensorView tile_experts = routing_.rows(kTileExperts, num_tiles).reshape({num_tiles});
-  backend_.moe_group(tile_pairs, tile_experts, topk_ids, num_experts);
+  const bool gpt_oss = style_ == MoeStyle::kGptOss;
+  backend_.moe_route_group(topk_ids, topk_weights, tile_pairs, tile_experts, router,
+                           gpt_oss ? MoeRouting::kTopKSoftmax : MoeRouting::kSoftmaxTopK,
+                           !gpt_oss && config_.norm_topk_prob);
   TensorView act = act_.rows(kExpertAct, pairs);        // [T * k, I]
   TensorView expert_out = act_.rows(kExpertOut, pairs); // [T * k, H]
   backend_.moe_expert_gemm(act, normed, w.gate_up.view(), tile_pairs, tile_experts, top_k,

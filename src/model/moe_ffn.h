@@ -12,7 +12,7 @@
 //
 // Everything runs on the device, without a read back to the host (so decode steps are captured in
 // graphs): moe_route picks each token's experts, moe_group lays the (token, slot) pairs out by expert
-// in tiles, one grouped GEMM launch computes every expert's gate | up with the activation fused, a
+// in tiles (both through moe_route_group: one launch for a decode step on CUDA), one grouped GEMM launch computes every expert's gate | up with the activation fused, a
 // second the down projection, and moe_combine adds the weighted results into `out` per token in
 // ascending expert order (transformers' order, so the f32 and bf16 results are its bits).
 #pragma once

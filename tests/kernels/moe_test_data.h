@@ -121,8 +121,8 @@ inline Tensor host_copy(Backend& backend, const Tensor& t) {
   return cuda_test::to_host(backend, t.view());
 }
 
-// The whole grouped MoE on `backend`: route, group, gate_up (+ act), down, combine into a copy of the
-// residual. Returns every intermediate on the host.
+// The whole grouped MoE on `backend`: route and group (moe_route_group, as the model calls them),
+// gate_up (+ act), down, combine into a copy of the residual. Returns every intermediate on the host.
 inline MoeRun run_grouped(Backend& backend, const MoeCase& c) {
   const MoeOperands o = operands(backend, c);
   const int64_t pairs = c.tokens * c.top_k, tiles = moe_max_tiles(pairs, c.experts);
@@ -135,8 +135,8 @@ inline MoeRun run_grouped(Backend& backend, const MoeCase& c) {
   r.y = backend.alloc({pairs, c.hidden}, c.dtype);
   r.out = backend.alloc({c.tokens, c.hidden}, c.dtype);
   backend.copy(r.out.view(), o.residual.view());
-  backend.moe_route(r.topk_ids.view(), r.topk_weights.view(), o.logits.view(), c.routing, c.renormalize);
-  backend.moe_group(r.tile_pairs.view(), r.tile_experts.view(), r.topk_ids.view(), c.experts);
+  backend.moe_route_group(r.topk_ids.view(), r.topk_weights.view(), r.tile_pairs.view(), r.tile_experts.view(),
+                          o.logits.view(), c.routing, c.renormalize);
   const MoeExpertWeights gate_up{o.gate_up.view(), o.gate_up_scales.view(), o.gate_up_bias.view()};
   const MoeExpertWeights down{o.down.view(), o.down_scales.view(), o.down_bias.view()};
   backend.moe_expert_gemm(r.act.view(), o.x.view(), gate_up, r.tile_pairs.view(), r.tile_experts.view(), c.top_k, c.act);

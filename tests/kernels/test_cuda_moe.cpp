@@ -1,10 +1,11 @@
 // The CUDA MoE ops (backend/cuda/moe.cu) against their CPU twins (backend/cpu/moe.cpp) on the same
 // inputs: routing (ids exact, ties to the lower expert; weights to an ulp of their dtype, the only
-// difference being expf's last bit), the grouped layout (exact), the grouped expert GEMMs (the
-// tensor-core path for bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the
-// combine, for T = 1, 7, 64, 300 (experts without a token included); bitwise batch invariance of a
-// token's output across the decode kernel and the tiled one; every MXFP4 code under a range of
-// scales converted exactly by both. Skips without a GPU.
+// difference being expf's last bit; also at released models' expert counts, in one launch with the
+// grouping and apart), the grouped layout (exact), the grouped expert GEMMs (the tensor-core path for
+// bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the combine, for T = 1, 7, 64,
+// 300 (experts without a token included); bitwise batch invariance of a token's output across the
+// decode kernel and the tiled one; every MXFP4 code under a range of scales converted exactly by both.
+// Skips without a GPU.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -48,6 +49,58 @@ TEST(CudaMoe, MatchesTheCpuTwins) {
         EXPECT_EQ(compare_tensors(want.act, got.act, ulps(dtype, 4).rel, ulps(dtype, 4).rel * 0.1), "") << "gate_up + act";
         EXPECT_EQ(compare_tensors(want.y, got.y, ulps(dtype, 8).rel, ulps(dtype, 8).rel * 0.1), "") << "down";
         EXPECT_EQ(compare_tensors(want.out, got.out, ulps(dtype, 8).rel, ulps(dtype, 8).rel * 0.1), "") << "combined";
+      }
+}
+
+// Routing and grouping at the sizes of released models (Qwen3-MoE: 128 experts, top 8; gpt-oss: 32,
+// top 4; 512, top 10: several experts a lane), with tied logits, through moe_route_group (one launch
+// up to 16 tokens, the two ops above) and through moe_route then moe_group, against the CPU twins:
+// ids and the grouped layout exact, weights to an ulp of the dtype (expf's last bit).
+TEST(CudaMoe, RoutingAtModelSizesMatchesTheCpuTwins) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  struct RouteShape {
+    int64_t experts, top_k;
+    MoeRouting routing;
+    bool renormalize;
+  };
+  const RouteShape shapes[] = {{128, 8, MoeRouting::kSoftmaxTopK, true},
+                               {32, 4, MoeRouting::kTopKSoftmax, false},
+                               {512, 10, MoeRouting::kSoftmaxTopK, false}};
+  for (const RouteShape& s : shapes)
+    for (const DType dtype : {DType::kBF16, DType::kF32})
+      for (const int64_t tokens : {1, 5, 16, 17, 200}) {
+        SCOPED_TRACE(fmt::format("E {} k {} dtype {} T {}", s.experts, s.top_k, dtype_name(dtype), tokens));
+        Rng rng(static_cast<uint64_t>(s.experts * 1000 + tokens));
+        Tensor logits = random_tensor({tokens, s.experts}, dtype, rng, -4.0f, 4.0f);
+        for (int64_t t = 0; t < tokens; ++t)  // a tie in every row, and row 0 all equal
+          for (int64_t e = 0; e < s.experts; ++e)
+            if (t == 0 || e == (t * 7) % s.experts)
+              attention_test::store_float(logits.view().data, dtype, t * s.experts + e,
+                                          attention_test::load_float(logits.view().data, dtype, t * s.experts));
+        const int64_t tiles = moe_max_tiles(tokens * s.top_k, s.experts);
+        auto route = [&](Backend& be, bool fused) {
+          Tensor ids = be.alloc({tokens, s.top_k}, DType::kI32), weights = be.alloc({tokens, s.top_k}, DType::kF32);
+          Tensor tile_pairs = be.alloc({tiles, kMoeTileRows}, DType::kI32), tile_experts = be.alloc({tiles}, DType::kI32);
+          const Tensor logits_on = on(be, logits);
+          if (fused) {
+            be.moe_route_group(ids.view(), weights.view(), tile_pairs.view(), tile_experts.view(), logits_on.view(),
+                               s.routing, s.renormalize);
+          } else {
+            be.moe_route(ids.view(), weights.view(), logits_on.view(), s.routing, s.renormalize);
+            be.moe_group(tile_pairs.view(), tile_experts.view(), ids.view(), s.experts);
+          }
+          return std::vector<Tensor>{host_copy(be, ids), host_copy(be, weights), host_copy(be, tile_pairs),
+                                     host_copy(be, tile_experts)};
+        };
+        const std::vector<Tensor> want = route(cpu, false);
+        for (const bool fused : {true, false}) {
+          const std::vector<Tensor> got = route(*gpu, fused);
+          ASSERT_TRUE(same_bits(want[0], got[0])) << "fused " << fused << ": routing picked other experts";
+          EXPECT_EQ(compare_tensors(want[1], got[1], ulps(dtype, 1).rel, 0.0), "") << "fused " << fused;
+          EXPECT_TRUE(same_bits(want[2], got[2])) << "fused " << fused << ": tile_pairs";
+          EXPECT_TRUE(same_bits(want[3], got[3])) << "fused " << fused << ": tile_experts";
+        }
       }
 }
 

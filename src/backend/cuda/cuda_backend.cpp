@@ -212,6 +212,8 @@ class CudaBackend final : public Backend {
                  bool renormalize) override;
   void moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
                  int64_t num_experts) override;
+  void moe_route_group(TensorView topk_ids, TensorView topk_weights, TensorView tile_pairs, TensorView tile_experts,
+                       const TensorView& logits, MoeRouting routing, bool renormalize) override;
   void moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w, const TensorView& tile_pairs,
                        const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
   void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
@@ -1221,6 +1223,31 @@ void CudaBackend::moe_group(TensorView tile_pairs, TensorView tile_experts, cons
   CHECK_MSG(num_experts <= 512, "[cuda] {}: {} experts; the grouping kernel takes at most 512", op, num_experts);
   CUDA_CHECK(cuda::launch_moe_group(tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles,
                                     topk_ids.ptr<int32_t>(), pairs, num_experts, stream()));
+}
+
+void CudaBackend::moe_route_group(TensorView topk_ids, TensorView topk_weights, TensorView tile_pairs,
+                                  TensorView tile_experts, const TensorView& logits, MoeRouting routing,
+                                  bool renormalize) {
+  const int64_t tokens = logits.ndim() == 2 ? logits.size(0) : 0, num_experts = logits.ndim() == 2 ? logits.size(1) : 0;
+  const int64_t top_k = topk_ids.ndim() == 2 ? topk_ids.size(1) : 0;
+  if (!cuda::moe_route_group_fits(tokens, num_experts, top_k)) {
+    Backend::moe_route_group(topk_ids, topk_weights, tile_pairs, tile_experts, logits, routing, renormalize);
+    return;
+  }
+  const char* op = "moe_route_group";
+  const cuda::Rows rows = rows_of(logits, op, "logits");
+  CHECK_MSG(is_float(logits.dtype) && topk_ids.size(0) == tokens, "[cuda] {}: logits{} topk_ids{}", op,
+            logits.shape.to_string(), topk_ids.shape.to_string());
+  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
+  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  const int64_t num_tiles = tile_experts.numel();
+  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
+  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
+  CHECK_MSG(num_tiles >= moe_max_tiles(tokens * top_k, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts",
+            op, num_tiles, tokens * top_k, num_experts);
+  CUDA_CHECK(cuda::launch_moe_route_group(logits.dtype, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
+                                          tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles, rows,
+                                          top_k, routing, renormalize, stream()));
 }
 
 void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w,

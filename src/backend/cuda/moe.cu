@@ -45,15 +45,45 @@ __device__ __forceinline__ void better_of(float& value, int& expert, float other
   }
 }
 
+// Lane 0's sum of v[0..n) in index order (the CPU twin's order): the loads four at a time and
+// unrolled, so they are in flight together ahead of the chain of adds (one load waited for per element
+// was ~2 us of a 128-expert route).
+__device__ __forceinline__ float ordered_sum(const float* v, int n) {
+  float sum = 0.0f;
+  int i = 0;
+  if (reinterpret_cast<uintptr_t>(v) % 16 == 0) {
+#pragma unroll 8
+    for (; i + 4 <= n; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(v + i);
+      sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, q.x), q.y), q.z), q.w);
+    }
+  }
+  for (; i < n; ++i) sum = __fadd_rn(sum, v[i]);
+  return sum;
+}
+
+// Shared memory per warp: the token's scores [E], then its chosen experts [k] (i32) and their values [k].
+// Rounded up to 16 bytes, so every warp's scores are aligned for ordered_sum's vector loads.
+__host__ __device__ constexpr int64_t route_warp_floats(int64_t num_experts, int64_t top_k) {
+  return (num_experts + 2 * top_k + 3) / 4 * 4;
+}
+
+// A score as an unsigned key in the order better_of compares numbers: -0 and +0 one key. NaN gets the
+// lowest key (a router that gives NaN logits has no meaningful top-k; the twins are not compared there).
+__device__ __forceinline__ unsigned score_key(float v) {
+  if (v != v) return 0u;
+  const unsigned u = __float_as_uint(v + 0.0f);  // -0 + 0 = +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One token's routing by one warp: `row` its E logits, ids / weights its k slots in global memory,
+// `score` the warp's route_warp_floats of shared memory (16-byte aligned).
 template <typename T>
-__global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights, Rows logits,
-                                 int num_experts, int top_k, MoeRouting routing, bool renormalize) {
-  extern __shared__ float scores_all[];  // [kRouteWarps][E]
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-  if (t >= logits.num_rows) return;  // no block-wide barrier below
-  float* score = scores_all + warp * num_experts;
-  const T* row = row_ptr<const T>(logits, t);
+__device__ void route_token(int32_t* __restrict__ ids, float* __restrict__ weights, const T* __restrict__ row,
+                            float* score, int num_experts, int top_k, MoeRouting routing, bool renormalize) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  int* chosen = reinterpret_cast<int*>(score + num_experts);
+  float* chosen_value = score + num_experts + top_k;
   for (int e = lane; e < num_experts; e += 32) score[e] = to_f32(row[e]);
   __syncwarp();
   if (routing == MoeRouting::kSoftmaxTopK) {
@@ -63,42 +93,72 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
     for (int e = lane; e < num_experts; e += 32) score[e] = expf(score[e] - max_logit);
     __syncwarp();
     float sum = 0.0f;  // in expert order, as the CPU twin sums
-    if (lane == 0)
-      for (int e = 0; e < num_experts; ++e) sum = __fadd_rn(sum, score[e]);
+    if (lane == 0) sum = ordered_sum(score, num_experts);
     sum = __shfl_sync(kFullMask, sum, 0);
     for (int e = lane; e < num_experts; e += 32) score[e] = __fdiv_rn(score[e], sum);
     __syncwarp();
   }
-  int32_t* ids = topk_ids + t * top_k;
-  float* weights = topk_weights + t * top_k;
-  uint64_t chosen = 0;  // bit i: expert lane + 32 i
-  for (int j = 0; j < top_k; ++j) {
-    float value = 0.0f;
-    int expert = -1;
+  // Top-k: each lane keeps the best of its experts (e = lane + 32 i) not taken yet, the warp picks
+  // the best of those with two reductions (the largest score key, then the lowest expert holding it:
+  // better_of's order, larger value, then lower expert), and only the lane that owned the pick looks
+  // for its next best. (A butterfly of better_of over shuffles was ~110 dependent instructions a pick.)
+  uint64_t taken = 0;  // bit i: expert lane + 32 i
+  auto lane_best = [&](float& value, int& expert) {
+    value = 0.0f;
+    expert = -1;
     for (int i = 0, e = lane; e < num_experts; ++i, e += 32)
-      if (!(chosen >> i & 1)) better_of(value, expert, score[e], e);
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other_value = __shfl_xor_sync(kFullMask, value, offset);
-      const int other_expert = __shfl_xor_sync(kFullMask, expert, offset);
-      better_of(value, expert, other_value, other_expert);
+      if (!(taken >> i & 1)) better_of(value, expert, score[e], e);
+  };
+  float mine_value;
+  int mine_expert;
+  lane_best(mine_value, mine_expert);
+  for (int j = 0; j < top_k; ++j) {
+    const unsigned key = mine_expert >= 0 ? score_key(mine_value) : 0u;
+    const unsigned best_key = __reduce_max_sync(kFullMask, key);
+    const int expert = static_cast<int>(
+        __reduce_min_sync(kFullMask, mine_expert >= 0 && key == best_key ? static_cast<unsigned>(mine_expert) : ~0u));
+    const float value = __shfl_sync(kFullMask, mine_value, expert % 32);
+    if (expert % 32 == lane) {
+      taken |= uint64_t{1} << (expert / 32);
+      lane_best(mine_value, mine_expert);
     }
-    if (expert % 32 == lane) chosen |= uint64_t{1} << (expert / 32);
     if (lane == 0) {
       ids[j] = expert;
-      weights[j] = value;  // p, or the logit (kTopKSoftmax); finished below
+      chosen[j] = expert;
+      chosen_value[j] = value;  // p, or the logit (kTopKSoftmax)
     }
   }
-  if (lane != 0) return;
+  __syncwarp();
+  // The weights: sums in slot order on lane 0, the rest a slot per lane.
   if (routing == MoeRouting::kTopKSoftmax) {
-    const float max_logit = weights[0];
+    const float max_logit = chosen_value[0];
+    for (int j = lane; j < top_k; j += 32) chosen_value[j] = expf(chosen_value[j] - max_logit);
+    __syncwarp();
     float sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) sum = __fadd_rn(sum, weights[j] = expf(weights[j] - max_logit));
-    for (int j = 0; j < top_k; ++j) weights[j] = round_to<T>(__fdiv_rn(weights[j], sum));
+    if (lane == 0)
+      for (int j = 0; j < top_k; ++j) sum = __fadd_rn(sum, chosen_value[j]);
+    sum = __shfl_sync(kFullMask, sum, 0);
+    for (int j = lane; j < top_k; j += 32) weights[j] = round_to<T>(__fdiv_rn(chosen_value[j], sum));
   } else {
     float top_sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) top_sum = __fadd_rn(top_sum, weights[j]);
-    for (int j = 0; j < top_k; ++j) weights[j] = round_to<T>(renormalize ? __fdiv_rn(weights[j], top_sum) : weights[j]);
+    if (lane == 0)
+      for (int j = 0; j < top_k; ++j) top_sum = __fadd_rn(top_sum, chosen_value[j]);
+    top_sum = __shfl_sync(kFullMask, top_sum, 0);
+    for (int j = lane; j < top_k; j += 32)
+      weights[j] = round_to<T>(renormalize ? __fdiv_rn(chosen_value[j], top_sum) : chosen_value[j]);
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights, Rows logits, int num_experts,
+                     int top_k, MoeRouting routing, bool renormalize) {
+  extern __shared__ __align__(16) float route_smem[];  // [kRouteWarps][route_warp_floats]
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= logits.num_rows) return;  // no block-wide barrier in route_token
+  route_token(topk_ids + t * top_k, topk_weights + t * top_k, row_ptr<const T>(logits, t),
+              route_smem + warp * route_warp_floats(num_experts, top_k), num_experts, top_k, routing, renormalize);
 }
 
 // ----- moe_group: one block ----------------------------------------------------------------------
@@ -110,13 +170,17 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
 // within each expert, deterministic.
 
 constexpr int kGroupWarps = 16;
-constexpr int kMaxGroupExperts = 512;
+constexpr int kMaxGroupExperts = kGroupWarps * 32;  // a thread per expert
 
-__global__ void __launch_bounds__(kGroupWarps * 32)
-    moe_group_kernel(int32_t* __restrict__ tile_pairs, int32_t* __restrict__ tile_experts, int num_tiles,
-                     const int32_t* __restrict__ topk_ids, int pairs, int num_experts) {
-  extern __shared__ int group_smem[];
-  int* counts = group_smem;                             // [kGroupWarps][E]: pairs, then the warp's start
+// Ints of shared memory the grouping takes (a multiple of 4: what follows stays 16-byte aligned).
+__host__ __device__ constexpr int64_t group_smem_ints(int64_t num_experts) {
+  return (kGroupWarps * num_experts + num_experts + 1 + 3) / 4 * 4;
+}
+
+// The whole block (kGroupWarps warps) groups the pairs; topk_ids may be in shared or global memory.
+__device__ void group_pairs(int* group_smem, int32_t* __restrict__ tile_pairs, int32_t* __restrict__ tile_experts,
+                            int num_tiles, const int32_t* topk_ids, int pairs, int num_experts) {
+  int* counts = group_smem;                                  // [kGroupWarps][E]: pairs, then the warp's start
   int* first_tile = group_smem + kGroupWarps * num_experts;  // [E + 1]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
@@ -134,25 +198,31 @@ __global__ void __launch_bounds__(kGroupWarps * 32)
     __syncwarp();
   }
   __syncthreads();
-  for (int e = tid; e < num_experts; e += threads) {
+  // Thread e (E <= the block's threads): the expert's start in each warp's range, its total and tiles,
+  // then its first tile by an exclusive scan of the tiles over e (warp scans, then over the warps'
+  // totals), where one thread walking all experts was ~2 us of a 128-expert step.
+  __shared__ int warp_tiles[kGroupWarps];
+  int tiles = 0;
+  if (tid < num_experts) {
     int running = 0;
     for (int w = 0; w < kGroupWarps; ++w) {
-      const int c = counts[w * num_experts + e];
-      counts[w * num_experts + e] = running;
+      const int c = counts[w * num_experts + tid];
+      counts[w * num_experts + tid] = running;
       running += c;
     }
-    first_tile[e] = running;  // the expert's total, turned into its first tile below
+    tiles = (running + kTileRows - 1) / kTileRows;
   }
+  int inclusive = tiles;
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int below_sum = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane >= offset) inclusive += below_sum;
+  }
+  if (lane == 31) warp_tiles[warp] = inclusive;
   __syncthreads();
-  if (tid == 0) {
-    int tile = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      const int total = first_tile[e];
-      first_tile[e] = tile;
-      tile += (total + kTileRows - 1) / kTileRows;
-    }
-    first_tile[num_experts] = tile;
-  }
+  int warp_start = 0;
+  for (int w = 0; w < warp; ++w) warp_start += warp_tiles[w];
+  if (tid < num_experts) first_tile[tid] = warp_start + inclusive - tiles;
+  if (tid == kGroupWarps * 32 - 1) first_tile[num_experts] = warp_start + inclusive;  // every expert's tiles
   __syncthreads();
   for (int tile = tid; tile < num_tiles; tile += threads) {
     int expert = -1;
@@ -178,6 +248,42 @@ __global__ void __launch_bounds__(kGroupWarps * 32)
     if (e >= 0 && lane == __ffs(same) - 1) mine[e] += __popc(same);
     __syncwarp();
   }
+}
+
+__global__ void __launch_bounds__(kGroupWarps * 32)
+    moe_group_kernel(int32_t* __restrict__ tile_pairs, int32_t* __restrict__ tile_experts, int num_tiles,
+                     const int32_t* __restrict__ topk_ids, int pairs, int num_experts) {
+  extern __shared__ __align__(16) int group_smem[];
+  group_pairs(group_smem, tile_pairs, tile_experts, num_tiles, topk_ids, pairs, num_experts);
+}
+
+// ----- moe_route_group: both in one block, for up to kGroupWarps tokens ---------------------------
+//
+// Warp t routes token t (route_token, as moe_route_kernel), keeping its ids in shared memory too, and
+// the block then groups them (group_pairs, as moe_group_kernel): the same results, in one launch and
+// without the ids' round trip through global memory between two (decode steps of a few tokens, where
+// each launch is a few microseconds of latency for microseconds of work).
+constexpr int kRouteGroupMaxTokens = kGroupWarps;
+
+template <typename T>
+__global__ void __launch_bounds__(kGroupWarps * 32)
+    moe_route_group_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
+                           int32_t* __restrict__ tile_pairs, int32_t* __restrict__ tile_experts, int num_tiles,
+                           Rows logits, int num_experts, int top_k, MoeRouting routing, bool renormalize) {
+  // [group_smem_ints(E)] ints | the ids [T * k, rounded up to 4] ints | [kGroupWarps][route_warp_floats] floats
+  extern __shared__ __align__(16) int route_group_smem[];
+  const int tokens = static_cast<int>(logits.num_rows), pairs = tokens * top_k;
+  int* ids_s = route_group_smem + group_smem_ints(num_experts);
+  float* route_s = reinterpret_cast<float*>(ids_s + (pairs + 3) / 4 * 4);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp < tokens) {
+    route_token(topk_ids + warp * top_k, topk_weights + warp * top_k, row_ptr<const T>(logits, warp),
+                route_s + warp * route_warp_floats(num_experts, top_k), num_experts, top_k, routing, renormalize);
+    const int* chosen = reinterpret_cast<const int*>(route_s + warp * route_warp_floats(num_experts, top_k) + num_experts);
+    for (int j = lane; j < top_k; j += 32) ids_s[warp * top_k + j] = chosen[j];
+  }
+  __syncthreads();
+  group_pairs(route_group_smem, tile_pairs, tile_experts, num_tiles, ids_s, pairs, num_experts);
 }
 
 // ----- moe_expert_gemm ----------------------------------------------------------------------------
@@ -743,7 +849,7 @@ cudaError_t launch_moe_route(DType dtype, int32_t* topk_ids, float* topk_weights
   if (num_experts > kMaxRouteExperts || top_k < 1 || top_k > num_experts) return cudaErrorInvalidValue;
   if (logits.num_rows == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((logits.num_rows + kRouteWarps - 1) / kRouteWarps));
-  const size_t smem = sizeof(float) * kRouteWarps * static_cast<size_t>(num_experts);
+  const size_t smem = sizeof(float) * kRouteWarps * static_cast<size_t>(route_warp_floats(num_experts, top_k));
   return dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (smem > 48 * 1024)
@@ -760,13 +866,37 @@ cudaError_t launch_moe_group(int32_t* tile_pairs, int32_t* tile_experts, int64_t
   if (num_experts < 1 || num_experts > kMaxGroupExperts || pairs > 0x3fffffff || num_tiles > 0x0fffffff)
     return cudaErrorInvalidValue;
   if (num_tiles == 0) return cudaSuccess;
-  const size_t smem = sizeof(int) * (kGroupWarps * static_cast<size_t>(num_experts) + num_experts + 1);
+  const size_t smem = sizeof(int) * static_cast<size_t>(group_smem_ints(num_experts));
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   moe_group_kernel<<<1, kGroupWarps * 32, smem, stream>>>(tile_pairs, tile_experts, static_cast<int>(num_tiles),
                                                            topk_ids, static_cast<int>(pairs),
                                                            static_cast<int>(num_experts));
   return cudaGetLastError();
+}
+
+bool moe_route_group_fits(int64_t tokens, int64_t num_experts, int64_t top_k) {
+  return tokens >= 1 && tokens <= kRouteGroupMaxTokens && num_experts >= 1 && num_experts <= kMaxGroupExperts &&
+         top_k >= 1 && top_k <= num_experts;
+}
+
+cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_weights, int32_t* tile_pairs,
+                                   int32_t* tile_experts, int64_t num_tiles, Rows logits, int64_t top_k,
+                                   MoeRouting routing, bool renormalize, cudaStream_t stream) {
+  const int64_t num_experts = logits.row_size, pairs = logits.num_rows * top_k;
+  if (!moe_route_group_fits(logits.num_rows, num_experts, top_k) || num_tiles < 1) return cudaErrorInvalidValue;
+  const size_t smem = sizeof(int) * static_cast<size_t>(group_smem_ints(num_experts) + (pairs + 3) / 4 * 4 +
+                                                        kGroupWarps * route_warp_floats(num_experts, top_k));
+  return dispatch_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(moe_route_group_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+    moe_route_group_kernel<T><<<1, kGroupWarps * 32, smem, stream>>>(
+        topk_ids, topk_weights, tile_pairs, tile_experts, static_cast<int>(num_tiles), logits,
+        static_cast<int>(num_experts), static_cast<int>(top_k), routing, renormalize);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream) {

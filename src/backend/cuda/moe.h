@@ -1,4 +1,5 @@
-// Launchers of the MoE kernels (moe.cu): backend.h moe_route, moe_group, moe_expert_gemm, moe_combine.
+// Launchers of the MoE kernels (moe.cu): backend.h moe_route, moe_group, moe_route_group, moe_expert_gemm,
+// moe_combine.
 // cuda_backend.cpp validates the views and calls these; plain pointers and kernels.h Rows only.
 #pragma once
 
@@ -17,6 +18,11 @@ cudaError_t launch_moe_route(DType dtype, int32_t* topk_ids, float* topk_weights
 // tile_pairs [num_tiles, 8], tile_experts [num_tiles], topk_ids [pairs]; E <= 512. One block.
 cudaError_t launch_moe_group(int32_t* tile_pairs, int32_t* tile_experts, int64_t num_tiles, const int32_t* topk_ids,
                              int64_t pairs, int64_t num_experts, cudaStream_t stream);
+// Both of the above in one launch (the same results), where moe_route_group_fits: T <= 16, E <= 512.
+bool moe_route_group_fits(int64_t tokens, int64_t num_experts, int64_t top_k);
+cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_weights, int32_t* tile_pairs,
+                                   int32_t* tile_experts, int64_t num_tiles, Rows logits, int64_t top_k,
+                                   MoeRouting routing, bool renormalize, cudaStream_t stream);
 struct MoeGemmArgs {
   void* out = nullptr;            // [pairs, out columns], row stride ld_out
   int64_t ld_out = 0;
