@@ -77,6 +77,31 @@ void check_index_vector(const TensorView& v, DType dtype, int64_t numel, const c
             dtype_name(dtype), v.shape.to_string(), dtype_name(v.dtype));
 }
 
+// The MoE routing ops' views (moe_route, moe_route_group): logits [T, E] rows, topk_ids / topk_weights [T, k].
+cuda::Rows check_route_views(const TensorView& topk_ids, const TensorView& topk_weights, const TensorView& logits,
+                             const char* op) {
+  const cuda::Rows rows = rows_of(logits, op, "logits");
+  CHECK_MSG(logits.ndim() == 2 && is_float(logits.dtype) && topk_ids.ndim() == 2 && topk_ids.size(0) == rows.num_rows,
+            "[cuda] {}: logits{} topk_ids{}", op, logits.shape.to_string(), topk_ids.shape.to_string());
+  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
+  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
+  CHECK_MSG(rows.row_size <= 2048 && topk_ids.size(1) >= 1 && topk_ids.size(1) <= rows.row_size,
+            "[cuda] {}: top {} of {} experts (the routing kernel takes at most 2048 experts)", op, topk_ids.size(1),
+            rows.row_size);
+  return rows;
+}
+
+// The grouping's views (moe_group, moe_route_group) for `pairs` ids over num_experts experts.
+void check_group_views(const TensorView& tile_pairs, const TensorView& tile_experts, int64_t pairs,
+                       int64_t num_experts, const char* op) {
+  const int64_t num_tiles = tile_experts.numel();
+  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
+  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
+  CHECK_MSG(num_tiles >= moe_max_tiles(pairs, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts", op,
+            num_tiles, pairs, num_experts);
+  CHECK_MSG(num_experts <= 512, "[cuda] {}: {} experts; the grouping kernel takes at most 512", op, num_experts);
+}
+
 // The caches' element type and scales: the rows' dtype `dtype` (scales unused), or f8_e4m3 (the FP8 KV
 // cache, scales > 0). Both caches must agree.
 cuda::KvFormat kv_format(const TensorView& k_cache, const TensorView& v_cache, DType dtype, const KvScales& scales,
@@ -1198,56 +1223,32 @@ void CudaBackend::add_rows_scaled(TensorView out, const TensorView& x, const Ten
 
 void CudaBackend::moe_route(TensorView topk_ids, TensorView topk_weights, const TensorView& logits,
                             MoeRouting routing, bool renormalize) {
-  const char* op = "moe_route";
-  const cuda::Rows rows = rows_of(logits, op, "logits");
-  CHECK_MSG(logits.ndim() == 2 && is_float(logits.dtype) && topk_ids.ndim() == 2 && topk_ids.size(0) == rows.num_rows,
-            "[cuda] {}: logits{} topk_ids{}", op, logits.shape.to_string(), topk_ids.shape.to_string());
-  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
-  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
-  CHECK_MSG(rows.row_size <= 2048 && topk_ids.size(1) >= 1 && topk_ids.size(1) <= rows.row_size,
-            "[cuda] {}: top {} of {} experts (the routing kernel takes at most 2048 experts)", op, topk_ids.size(1),
-            rows.row_size);
+  const cuda::Rows rows = check_route_views(topk_ids, topk_weights, logits, "moe_route");
   CUDA_CHECK(cuda::launch_moe_route(logits.dtype, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(), rows,
                                     topk_ids.size(1), routing, renormalize, stream()));
 }
 
 void CudaBackend::moe_group(TensorView tile_pairs, TensorView tile_experts, const TensorView& topk_ids,
                             int64_t num_experts) {
-  const char* op = "moe_group";
-  const int64_t num_tiles = tile_experts.numel(), pairs = topk_ids.numel();
-  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
-  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
-  check_index_vector(topk_ids, DType::kI32, pairs, op, "topk_ids");
-  CHECK_MSG(num_tiles >= moe_max_tiles(pairs, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts", op,
-            num_tiles, pairs, num_experts);
-  CHECK_MSG(num_experts <= 512, "[cuda] {}: {} experts; the grouping kernel takes at most 512", op, num_experts);
-  CUDA_CHECK(cuda::launch_moe_group(tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles,
-                                    topk_ids.ptr<int32_t>(), pairs, num_experts, stream()));
+  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), "moe_group", "topk_ids");
+  check_group_views(tile_pairs, tile_experts, topk_ids.numel(), num_experts, "moe_group");
+  CUDA_CHECK(cuda::launch_moe_group(tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), tile_experts.numel(),
+                                    topk_ids.ptr<int32_t>(), topk_ids.numel(), num_experts, stream()));
 }
 
 void CudaBackend::moe_route_group(TensorView topk_ids, TensorView topk_weights, TensorView tile_pairs,
                                   TensorView tile_experts, const TensorView& logits, MoeRouting routing,
                                   bool renormalize) {
-  const int64_t tokens = logits.ndim() == 2 ? logits.size(0) : 0, num_experts = logits.ndim() == 2 ? logits.size(1) : 0;
-  const int64_t top_k = topk_ids.ndim() == 2 ? topk_ids.size(1) : 0;
-  if (!cuda::moe_route_group_fits(tokens, num_experts, top_k)) {
+  const char* op = "moe_route_group";
+  const cuda::Rows rows = check_route_views(topk_ids, topk_weights, logits, op);
+  if (!cuda::moe_route_group_fits(rows.num_rows, rows.row_size, topk_ids.size(1))) {
     Backend::moe_route_group(topk_ids, topk_weights, tile_pairs, tile_experts, logits, routing, renormalize);
     return;
   }
-  const char* op = "moe_route_group";
-  const cuda::Rows rows = rows_of(logits, op, "logits");
-  CHECK_MSG(is_float(logits.dtype) && topk_ids.size(0) == tokens, "[cuda] {}: logits{} topk_ids{}", op,
-            logits.shape.to_string(), topk_ids.shape.to_string());
-  check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
-  check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
-  const int64_t num_tiles = tile_experts.numel();
-  check_index_vector(tile_experts, DType::kI32, num_tiles, op, "tile_experts");
-  check_index_vector(tile_pairs, DType::kI32, num_tiles * kMoeTileRows, op, "tile_pairs");
-  CHECK_MSG(num_tiles >= moe_max_tiles(tokens * top_k, num_experts), "[cuda] {}: {} tiles for {} pairs over {} experts",
-            op, num_tiles, tokens * top_k, num_experts);
+  check_group_views(tile_pairs, tile_experts, topk_ids.numel(), rows.row_size, op);
   CUDA_CHECK(cuda::launch_moe_route_group(logits.dtype, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
-                                          tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), num_tiles, rows,
-                                          top_k, routing, renormalize, stream()));
+                                          tile_pairs.ptr<int32_t>(), tile_experts.ptr<int32_t>(), tile_experts.numel(),
+                                          rows, topk_ids.size(1), routing, renormalize, stream()));
 }
 
 void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const MoeExpertWeights& w,

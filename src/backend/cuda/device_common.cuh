@@ -66,6 +66,27 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Inclusive block-wide prefix sum of one int per thread of a block of kWarps warps (every thread
+// calls it); `total` gets the block's sum. warp_totals: kWarps ints of shared memory, free again on return.
+template <int kWarps>
+__device__ int block_inclusive_scan(int value, int* warp_totals, int& total) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int k = 1; k < 32; k <<= 1) {
+    const int other = __shfl_up_sync(kFullMask, value, k);
+    if (lane >= k) value += other;
+  }
+  if (lane == 31) warp_totals[warp] = value;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += warp_totals[w];
+    total += warp_totals[w];
+  }
+  __syncthreads();  // warp_totals may be reused by the caller's next round
+  return value + before;
+}
+
 // Calls fn(T{}) with T = float, __nv_bfloat16 or __half for dtype; the one dispatch point per file.
 template <typename Fn>
 cudaError_t dispatch_float(DType dtype, Fn&& fn) {

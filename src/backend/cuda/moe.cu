@@ -62,10 +62,10 @@ __device__ __forceinline__ float ordered_sum(const float* v, int n) {
   return sum;
 }
 
-// Shared memory per warp: the token's scores [E], then its chosen experts [k] (i32) and their values [k].
-// Rounded up to 16 bytes, so every warp's scores are aligned for ordered_sum's vector loads.
+// Shared memory per warp: the token's scores [E], then its chosen experts' values [k]. Rounded up to 16
+// bytes, so every warp's scores are aligned for ordered_sum's vector loads.
 __host__ __device__ constexpr int64_t route_warp_floats(int64_t num_experts, int64_t top_k) {
-  return (num_experts + 2 * top_k + 3) / 4 * 4;
+  return (num_experts + top_k + 3) / 4 * 4;
 }
 
 // A score as an unsigned key in the order better_of compares numbers: -0 and +0 one key. NaN gets the
@@ -76,14 +76,15 @@ __device__ __forceinline__ unsigned score_key(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One token's routing by one warp: `row` its E logits, ids / weights its k slots in global memory,
-// `score` the warp's route_warp_floats of shared memory (16-byte aligned).
+// One token's routing by one warp: `row` its E logits, ids / weights its k slots in global memory
+// (the ids also in shared_ids, when not null), `score` the warp's route_warp_floats of shared memory
+// (16-byte aligned).
 template <typename T>
-__device__ void route_token(int32_t* __restrict__ ids, float* __restrict__ weights, const T* __restrict__ row,
-                            float* score, int num_experts, int top_k, MoeRouting routing, bool renormalize) {
+__device__ void route_token(int32_t* __restrict__ ids, float* __restrict__ weights, int* shared_ids,
+                            const T* __restrict__ row, float* score, int num_experts, int top_k, MoeRouting routing,
+                            bool renormalize) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  int* chosen = reinterpret_cast<int*>(score + num_experts);
-  float* chosen_value = score + num_experts + top_k;
+  float* chosen_value = score + num_experts;
   for (int e = lane; e < num_experts; e += 32) score[e] = to_f32(row[e]);
   __syncwarp();
   if (routing == MoeRouting::kSoftmaxTopK) {
@@ -124,7 +125,7 @@ __device__ void route_token(int32_t* __restrict__ ids, float* __restrict__ weigh
     }
     if (lane == 0) {
       ids[j] = expert;
-      chosen[j] = expert;
+      if (shared_ids != nullptr) shared_ids[j] = expert;
       chosen_value[j] = value;  // p, or the logit (kTopKSoftmax)
     }
   }
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (t >= logits.num_rows) return;  // no block-wide barrier in route_token
-  route_token(topk_ids + t * top_k, topk_weights + t * top_k, row_ptr<const T>(logits, t),
+  route_token(topk_ids + t * top_k, topk_weights + t * top_k, nullptr, row_ptr<const T>(logits, t),
               route_smem + warp * route_warp_floats(num_experts, top_k), num_experts, top_k, routing, renormalize);
 }
 
@@ -212,17 +213,10 @@ __device__ void group_pairs(int* group_smem, int32_t* __restrict__ tile_pairs, i
     }
     tiles = (running + kTileRows - 1) / kTileRows;
   }
-  int inclusive = tiles;
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int below_sum = __shfl_up_sync(kFullMask, inclusive, offset);
-    if (lane >= offset) inclusive += below_sum;
-  }
-  if (lane == 31) warp_tiles[warp] = inclusive;
-  __syncthreads();
-  int warp_start = 0;
-  for (int w = 0; w < warp; ++w) warp_start += warp_tiles[w];
-  if (tid < num_experts) first_tile[tid] = warp_start + inclusive - tiles;
-  if (tid == kGroupWarps * 32 - 1) first_tile[num_experts] = warp_start + inclusive;  // every expert's tiles
+  int total_tiles = 0;
+  const int inclusive = block_inclusive_scan<kGroupWarps>(tiles, warp_tiles, total_tiles);
+  if (tid < num_experts) first_tile[tid] = inclusive - tiles;
+  if (tid == 0) first_tile[num_experts] = total_tiles;  // every expert's tiles
   __syncthreads();
   for (int tile = tid; tile < num_tiles; tile += threads) {
     int expert = -1;
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(kGroupWarps * 32)
 
 // ----- moe_route_group: both in one block, for up to kGroupWarps tokens ---------------------------
 //
-// Warp t routes token t (route_token, as moe_route_kernel), keeping its ids in shared memory too, and
+// Warp t routes token t (route_token, as moe_route_kernel), writing its ids to shared memory too, and
 // the block then groups them (group_pairs, as moe_group_kernel): the same results, in one launch and
 // without the ids' round trip through global memory between two (decode steps of a few tokens, where
 // each launch is a few microseconds of latency for microseconds of work).
@@ -275,13 +269,11 @@ __global__ void __launch_bounds__(kGroupWarps * 32)
   const int tokens = static_cast<int>(logits.num_rows), pairs = tokens * top_k;
   int* ids_s = route_group_smem + group_smem_ints(num_experts);
   float* route_s = reinterpret_cast<float*>(ids_s + (pairs + 3) / 4 * 4);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  if (warp < tokens) {
-    route_token(topk_ids + warp * top_k, topk_weights + warp * top_k, row_ptr<const T>(logits, warp),
-                route_s + warp * route_warp_floats(num_experts, top_k), num_experts, top_k, routing, renormalize);
-    const int* chosen = reinterpret_cast<const int*>(route_s + warp * route_warp_floats(num_experts, top_k) + num_experts);
-    for (int j = lane; j < top_k; j += 32) ids_s[warp * top_k + j] = chosen[j];
-  }
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (warp < tokens)
+    route_token(topk_ids + warp * top_k, topk_weights + warp * top_k, ids_s + warp * top_k,
+                row_ptr<const T>(logits, warp), route_s + warp * route_warp_floats(num_experts, top_k), num_experts,
+                top_k, routing, renormalize);
   __syncthreads();
   group_pairs(route_group_smem, tile_pairs, tile_experts, num_tiles, ids_s, pairs, num_experts);
 }

@@ -76,25 +76,6 @@ struct TileSmem {
   static_assert(3 * kTileKeys * 2 <= kLds * 4, "P hi | mid | lo must fit in a score row");
 };
 
-// Inclusive block-wide prefix sum of one int per thread (kTileThreads threads); `total` gets the sum.
-__device__ int block_inclusive_scan(int value, int* warp_totals, int& total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int k = 1; k < 32; k <<= 1) {
-    const int other = __shfl_up_sync(kFullMask, value, k);
-    if (lane >= k) value += other;
-  }
-  if (lane == 31) warp_totals[warp] = value;
-  __syncthreads();
-  int before = 0;
-  total = 0;
-  for (int w = 0; w < kTileWarps; ++w) {
-    if (w < warp) before += warp_totals[w];
-    total += warp_totals[w];
-  }
-  __syncthreads();  // warp_totals may be reused by the caller's next round
-  return value + before;
-}
-
 // kFp8: the caches hold e4m3 bytes (kv_fp8.cuh). Their values go to shared memory as T unscaled
 // (every e4m3 value is exact in bf16), and the scales multiply the scores (k_scale, with the softmax
 // scale) and the output rows (v_scale): the same products as scaling each element, with the tensor
@@ -129,7 +110,7 @@ __global__ void __launch_bounds__(kTileThreads) prefill_kernel(AttentionArgs a) 
       count = q_len >= 2 ? static_cast<int>((q_len + kTileRows - 1) / kTileRows) : 0;
     }
     int total = 0;
-    const int inclusive = block_inclusive_scan(count, warp_totals, total);
+    const int inclusive = block_inclusive_scan<kTileWarps>(count, warp_totals, total);
     const int64_t first = tiles_before + inclusive - count;
     if (count > 0 && tile_id >= first && tile_id < first + count) {
       found_seq = static_cast<int>(s);
