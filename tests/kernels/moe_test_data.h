@@ -49,8 +49,9 @@ inline void random_mxfp4_stack(int64_t experts, int64_t n, int64_t k, Rng& rng, 
 }
 
 // Logits with exact ties in every row (pairs of equal values), so the lower expert must win.
+// experts / top_k: 0 = the family's (16 top 4; gpt-oss 8 top 2).
 inline MoeCase make_case(int64_t tokens, DType dtype, bool gpt_oss, uint64_t seed, int64_t hidden = 64,
-                         int64_t width = 32) {
+                         int64_t width = 32, int64_t experts = 0, int64_t top_k = 0) {
   MoeCase c;
   c.tokens = tokens;
   c.hidden = hidden;
@@ -61,6 +62,8 @@ inline MoeCase make_case(int64_t tokens, DType dtype, bool gpt_oss, uint64_t see
     c.experts = 8, c.top_k = 2, c.routing = MoeRouting::kTopKSoftmax, c.renormalize = false;
     c.mxfp4 = dtype != DType::kF16, c.biases = true, c.act = Activation::kClampedSwiglu;
   }
+  if (experts > 0) c.experts = experts;
+  if (top_k > 0) c.top_k = top_k;
   c.logits = random_tensor({tokens, c.experts}, dtype, rng, -4.0f, 4.0f);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t a = rng.below(c.experts), b = rng.below(c.experts);

@@ -7,6 +7,7 @@
 // decode kernel and the tiled one; every MXFP4 code under a range of scales converted exactly by both.
 // Skips without a GPU.
 #include <cstring>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -122,44 +123,68 @@ TEST(CudaMoe, CombineIsBitwiseTheCpuTwin) {
   }
 }
 
-// A token's output does not depend on the batch around it: token 5 alone, and in batches of 7, 64, 300
-// (the decode kernel) and 700 (above 2,048 grouped rows: the tiled kernel), with K over several
-// super-steps (hidden 1,088 = 8.5 x 128, width 160) and the usual small shape.
+// A token's output does not depend on the batch around it: token 5 of `big` alone, and in batches of
+// 7, 64 and 300 (mostly the decode kernel: up to 2,048 rows of tile capacity), against its row of the big batch (the
+// tiled kernel above); the big batch against the CPU twin too (the tiled kernel's sums, a few ulps).
+// The combine rounds after each slot, so an ulp of a partial sum (up to ~8 at hidden 1,088: 2^-5)
+// can remain where the slots cancel to ~0: the absolute bound is two such ulps.
+void expect_batch_invariant(const MoeCase& big, Backend& gpu, const std::string& what) {
+  const MoeRun all = run_grouped(gpu, big);
+  const int64_t token = 5;
+  for (const int64_t tokens : {1, 7, 64, 300}) {
+    if (tokens >= big.tokens) continue;
+    MoeCase part = big;
+    part.tokens = tokens;
+    // Token `token` of the big batch is row 0 (T = 1) or keeps its row.
+    const int64_t row = tokens == 1 ? 0 : token;
+    const int64_t first = token - row;
+    part.logits = Tensor::cpu({tokens, big.experts}, big.dtype);
+    part.x = Tensor::cpu({tokens, big.hidden}, big.dtype);
+    part.residual = Tensor::cpu({tokens, big.hidden}, big.dtype);
+    for (auto [dst, src] : {std::pair{&part.logits, &big.logits}, {&part.x, &big.x}, {&part.residual, &big.residual}}) {
+      const size_t row_bytes = static_cast<size_t>(src->size(1)) * dtype_size_bytes(src->dtype());
+      std::memcpy(dst->ptr<void>(), src->ptr<char>() + static_cast<size_t>(first) * row_bytes,
+                  static_cast<size_t>(tokens) * row_bytes);
+    }
+    const MoeRun some = run_grouped(gpu, part);
+    EXPECT_TRUE(same_bits(host_row(all.out, token), host_row(some.out, row))) << what << " T " << tokens;
+  }
+  CpuBackend cpu;
+  const MoeRun want = run_grouped(cpu, big);
+  const double rel = ulps(big.dtype, 8).rel, abs_bound = big.hidden > 64 ? 0.0625 : rel * 0.1;
+  EXPECT_EQ(compare_tensors(want.out, all.out, rel, abs_bound), "") << what << " tiled vs cpu";
+}
+
+// K over several super-steps and a partial one (hidden 1,088 = 8.5 x 128, width 160: the down
+// projection's K is 1.25 super-steps) and the usual small shape; 700 tokens top 4 of 16 experts (2,800
+// pairs, ~22 tiles an expert: a full chunk of 16 tiles and a partial one) or top 2 of 8 (gpt-oss).
 TEST(CudaMoe, TokenOutputIsBatchInvariant) {
   PAGELLM_GPU_OR_SKIP(gpu);
   for (const auto [hidden, width] : {std::pair<int64_t, int64_t>{64, 32}, {1088, 160}})
     for (const bool gpt_oss : {false, true}) {
       MoeCase big = make_case(700, DType::kBF16, gpt_oss, 3, hidden, width);
       big.top_k = 4;  // 2,800 pairs: the tiled kernel for the big batch
-      const MoeRun all = run_grouped(*gpu, big);
-      const int64_t token = 5;
-      for (const int64_t tokens : {1, 7, 64, 300}) {
-        MoeCase part = big;
-        part.tokens = tokens;
-        // Token `token` of the big batch is row 0 (T = 1) or keeps its row.
-        const int64_t row = tokens == 1 ? 0 : token;
-        const int64_t first = token - row;
-        part.logits = Tensor::cpu({tokens, big.experts}, big.dtype);
-        part.x = Tensor::cpu({tokens, big.hidden}, big.dtype);
-        part.residual = Tensor::cpu({tokens, big.hidden}, big.dtype);
-        for (auto [dst, src] : {std::pair{&part.logits, &big.logits}, {&part.x, &big.x}, {&part.residual, &big.residual}}) {
-          const size_t row_bytes = static_cast<size_t>(src->size(1)) * dtype_size_bytes(src->dtype());
-          std::memcpy(dst->ptr<void>(), src->ptr<char>() + static_cast<size_t>(first) * row_bytes,
-                      static_cast<size_t>(tokens) * row_bytes);
-        }
-        const MoeRun some = run_grouped(*gpu, part);
-        EXPECT_TRUE(same_bits(host_row(all.out, token), host_row(some.out, row)))
-            << fmt::format("hidden {} gpt_oss {} T {}", hidden, gpt_oss, tokens);
-      }
-      // The big batch against the CPU twin too (the tiled kernel's sums, a few ulps). The combine
-      // rounds after each slot, so an ulp of a partial sum (up to ~8 at hidden 1,088: 2^-5) can
-      // remain where the slots cancel to ~0: the absolute bound is two such ulps.
-      CpuBackend cpu;
-      const MoeRun want = run_grouped(cpu, big);
-      const double rel = ulps(DType::kBF16, 8).rel, abs_bound = hidden > 64 ? 0.0625 : rel * 0.1;
-      EXPECT_EQ(compare_tensors(want.out, all.out, rel, abs_bound), "")
-          << fmt::format("hidden {} gpt_oss {} tiled vs cpu", hidden, gpt_oss);
+      expect_batch_invariant(big, *gpu, fmt::format("hidden {} gpt_oss {}", hidden, gpt_oss));
     }
+}
+
+// The tiled kernel at released models' expert counts: 128 experts top 8 (Qwen3-MoE; 300 tokens, ~19
+// pairs an expert: chunks of 2-4 tiles, many experts a block's schedule walks), 32 top 4 in MXFP4
+// (gpt-oss; 600 tokens, 75 pairs an expert) and 512 top 10 (Qwen3-Next; 256 tokens); weight rows
+// over several row blocks of 256 (gate_up 2 x 288 rows fused, down 576 rows), K over 4.5 super-steps;
+// f16 too (the same kernel on the f16 mma).
+TEST(CudaMoe, TiledKernelAtModelExpertCountsIsBatchInvariant) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  struct Shape {
+    bool gpt_oss;
+    int64_t tokens, experts, top_k;
+    DType dtype;
+  };
+  for (const Shape s : {Shape{false, 300, 128, 8, DType::kBF16}, Shape{true, 600, 32, 4, DType::kBF16},
+                        Shape{false, 256, 512, 10, DType::kBF16}, Shape{false, 300, 128, 8, DType::kF16}}) {
+    const MoeCase big = make_case(s.tokens, s.dtype, s.gpt_oss, 17, 576, 288, s.experts, s.top_k);
+    expect_batch_invariant(big, *gpu, fmt::format("experts {} top {} {}", s.experts, s.top_k, dtype_name(s.dtype)));
+  }
 }
 
 // Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact

@@ -1294,9 +1294,10 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   args.n = n;
   args.k = k;
   args.pairs_per_x_row = pairs_per_x_row;
+  args.num_experts = static_cast<int>(num_experts);
   args.fuse_act = act.has_value();
   args.act = act.value_or(Activation::kSilu);
-  CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, stream()));
+  CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, stream()));
 }
 
 void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,

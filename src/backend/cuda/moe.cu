@@ -6,10 +6,10 @@
 // tensor-core kernels share" below), so a pair's output is the same bits alone or in any batch:
 // moe_gemv_kernel for decode-sized batches (a warp streams 16 weight rows of one expert over all of
 // K, as the mma's A operand, for one tile of up to 8 pairs: only the chosen experts are read, once
-// per tile) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a block shares each
-// weight load among 16 tiles of one expert, x staged through shared memory with cp.async). With the
-// activation fused (gate_up), the decode kernel's rows are 8 gate rows and the matching 8 up rows,
-// and the tiled kernel's 4 and 4, so each epilogue has both halves of act(gate) * up.
+// per tile) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an
+// SM: 256 weight rows of one expert times up to 16 of its tiles, both staged through shared memory
+// with cp.async). With the activation fused (gate_up), both kernels' 16-row groups are 8 gate rows
+// and the matching 8 up rows, so each epilogue has both halves of act(gate) * up.
 // MXFP4 experts (bf16 activations): 16 bytes of e2m1 nibbles and one e8m0 scale per lane and super-step,
 // converted exactly to bf16 in registers (table lookups with prmt and one bf16 multiply per pair).
 // Other dtypes (f32, or f16 with MXFP4, whose range cannot hold every scaled value) and K % 32 != 0
@@ -366,8 +366,8 @@ __device__ __forceinline__ T apply_act(Activation act, float gate, float up) {
   }
 }
 
-// The weight row of lane group g in column group `group` (8 columns n, or with the activation fused
-// 4 gate rows then the matching 4 up rows), within one expert.
+// The FMA kernel's layout: the weight row of lane group g in column group `group` (8 columns n, or with
+// the activation fused 4 gate rows then the matching 4 up rows), within one expert.
 __device__ __forceinline__ int64_t group_weight_row(const MoeGemmArgs& a, int64_t group, int g, bool& ok) {
   if (!a.fuse_act) {
     const int64_t n = group * kTileRows + g;
@@ -379,44 +379,6 @@ __device__ __forceinline__ int64_t group_weight_row(const MoeGemmArgs& a, int64_
   return ok ? (g < 4 ? n : half + n) : 0;
 }
 
-template <typename T, bool kMxfp4>
-__device__ __forceinline__ void load_weight_step(WeightStep<T, kMxfp4>& w, const MoeGemmArgs& a, int64_t row,
-                                                 bool ok, int64_t step, int t) {
-  const int64_t k0 = step * kSuperK + 32 * t;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  w.scale = 127;
-  if constexpr (kMxfp4) {
-    if (!ok || k0 >= a.k) {
-      w.v[0] = zero;
-      return;
-    }
-    w.v[0] = load_streaming(static_cast<const uint8_t*>(a.weight) + row * (a.k / 2) + k0 / 2);
-    w.scale = __ldg(a.scales + row * (a.k / 32) + k0 / 32);
-  } else {
-    const T* p = static_cast<const T*>(a.weight) + row * a.k + k0;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) w.v[u] = ok && k0 < a.k ? load_streaming(p + 8 * u) : zero;
-  }
-}
-
-// The step's four pieces as pairs of T.
-template <typename T, bool kMxfp4>
-__device__ __forceinline__ void weight_pieces(const WeightStep<T, kMxfp4>& w, uint4 (&pieces)[4]) {
-  if constexpr (kMxfp4) {
-    const uint32_t words[4] = {w.v[0].x, w.v[0].y, w.v[0].z, w.v[0].w};
-    if (w.scale >= 16u && w.scale <= 129u) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) pieces[u] = mxfp4_piece_fast(words[u], w.scale);
-    } else {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) pieces[u] = mxfp4_piece(words[u], w.scale);
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) pieces[u] = w.v[u];
-  }
-}
-
 // x piece (super-step s, lane t, piece u) lives at s * 16 + u * 4 + t of its row in shared memory, so
 // the 4 lanes of a row read 64 contiguous bytes; rows are (16 s + 4) pieces apart (64 mod 128 bytes),
 // so a quarter warp's two rows fall on different banks.
@@ -425,7 +387,7 @@ __device__ __forceinline__ int staged_piece(int piece_in_row) {
   return piece_in_row - q + (q % 4) * 4 + q / 4;
 }
 
-// Row g's two sums (columns 2t, 2t + 1 of the warp's 8) of column group `group`: round, bias (rounded),
+// The FMA kernel's store: row g's two sums (columns 2t, 2t + 1 of the 8) of column group `group`: round, bias (rounded),
 // then the store or act(gate) * up (gate columns 0..3 are in lanes t < 2, their up columns two lanes on).
 // Every lane of the warp calls it (the shuffle).
 template <typename T>
@@ -598,31 +560,44 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[4], const Row
   }
 }
 
-// Lane (g, t)'s sums: c0, c1 = row lo for the tile's pairs 2t, 2t + 1; c2, c3 = row hi for the same
-// pairs. Each is rounded, the bias added (rounded), then stored, or act(gate) * up with the gate in
-// lo and the up in hi (as store_pair_row does for the tiled kernel).
+// The bias of rows lo and hi of expert `expert` (0 where the row or the bias is absent), loaded once
+// for all the tiles a warp stores.
+struct RowBias {
+  float lo = 0.0f, hi = 0.0f;
+};
 template <typename T>
-__device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, int expert, const GemvRows& rows, int64_t tile,
-                                               int t, const float (&c)[4]) {
+__device__ __forceinline__ RowBias row_bias(const MoeGemmArgs& a, int expert, const GemvRows& rows) {
+  RowBias b;
   const T* bias = static_cast<const T*>(a.bias);
-  const int64_t lo = rows.lo, hi = rows.hi;
-  const bool ok_lo = rows.ok_lo, ok_hi = rows.ok_hi;
+  if (bias == nullptr) return b;
+  if (rows.ok_lo) b.lo = to_f32(__ldg(bias + expert * a.n + rows.lo));
+  if (rows.ok_hi) b.hi = to_f32(__ldg(bias + expert * a.n + rows.hi));
+  return b;
+}
+
+// Lane (g, t)'s sums: c0, c1 = row lo for pairs[0], pairs[1] (the tile's pairs 2t, 2t + 1; -1 = none);
+// c2, c3 = row hi for the same pairs. Each is rounded, the bias added (rounded), then stored, or
+// act(gate) * up with the gate in lo and the up in hi.
+template <typename T>
+__device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, const GemvRows& rows, const RowBias& bias,
+                                               const int (&pairs)[2], const float (&c)[4]) {
+  const bool has_bias = a.bias != nullptr;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int pair = a.tile_pairs[tile * kTileRows + 2 * t + j];
+    const int pair = pairs[j];
     if (pair < 0) continue;
     T* out = static_cast<T*>(a.out) + pair * a.ld_out;
     float y_lo = round_to<T>(c[j]), y_hi = round_to<T>(c[j + 2]);
-    if (bias != nullptr) {
-      if (ok_lo) y_lo = round_to<T>(__fadd_rn(y_lo, to_f32(bias[expert * a.n + lo])));
-      if (ok_hi) y_hi = round_to<T>(__fadd_rn(y_hi, to_f32(bias[expert * a.n + hi])));
+    if (has_bias) {
+      y_lo = round_to<T>(__fadd_rn(y_lo, bias.lo));
+      y_hi = round_to<T>(__fadd_rn(y_hi, bias.hi));
     }
     if (a.fuse_act) {
-      if (ok_lo) out[lo] = apply_act<T>(a.act, y_lo, y_hi);
+      if (rows.ok_lo) out[rows.lo] = apply_act<T>(a.act, y_lo, y_hi);
       continue;
     }
-    if (ok_lo) out[lo] = from_f32<T>(y_lo);
-    if (ok_hi) out[hi] = from_f32<T>(y_hi);
+    if (rows.ok_lo) out[rows.lo] = from_f32<T>(y_lo);
+    if (rows.ok_hi) out[rows.hi] = from_f32<T>(y_hi);
   }
 }
 
@@ -668,103 +643,330 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
     multiply_row_pair_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
   }
-  store_row_pair<T>(a, expert, rows, tile, t, c);
+  const int pairs[2] = {a.tile_pairs[tile * kTileRows + 2 * t], a.tile_pairs[tile * kTileRows + 2 * t + 1]};
+  store_row_pair<T>(a, rows, row_bias<T>(a, expert, rows), pairs, c);
 }
 
-// Larger batches: grid (tile blocks of kGemmTiles, column groups / kGemmWarps). A block walks its
-// tiles in runs of one expert; for each run every warp loads its weights once per super-step (the
-// next one in flight) and multiplies them with all the run's tiles, two tiles per mma (rows 0..7 and
-// 8..15), while the block stages the next super-step of those x rows with cp.async.
-constexpr int kGemmWarps = 8;
-constexpr int kGemmTiles = 16;
-constexpr int kGemmRowPieces = kSuperPieces + 4;  // 320 bytes a row: 64 mod 128
+// Larger batches: a persistent grid, one block an SM, walks work items (chunk, row block). A chunk is
+// up to kGemmTiles tiles of one expert (each expert's tiles cut into chunks from its first tile, so a
+// block never holds two experts' weights); a row block is kGemmGroups of the decode kernel's 16-row
+// groups (gemv_weight_rows: the same rows, so with the activation fused each group holds 8 gate rows
+// and their 8 up rows). For each super-step the block stages the row block's weights and the chunk's
+// x rows in shared memory with cp.async, kGemmStages deep, and its warps (kGemmWarpsN over the rows x
+// kGemmWarpsM over the tiles) each multiply 64 weight rows (the mma's A, four 16-row groups) by 8
+// tiles (B, x row g in lane (g, t)): 128 sums a lane; each 16-byte piece of weights read from shared
+// memory (or converted from MXFP4 there) feeds 16 mma and each piece of x 8, where the first tiled
+// kernel (x from shared memory, each warp's weights from global) fed each piece of x to 2.
+// Each product is the decode kernel's: the same pieces meet in the same mma, in the same order.
+constexpr int kGemmWarpsN = 4, kGemmWarpsM = 2;
+constexpr int kGemmWarps = kGemmWarpsN * kGemmWarpsM;
+constexpr int kGemmGroupsPerWarp = 4;                          // 16-row weight groups a warp
+constexpr int kGemmTilesPerWarp = 8;                           // tiles of 8 pairs a warp
+constexpr int kGemmGroups = kGemmWarpsN * kGemmGroupsPerWarp;  // a row block: 256 weight rows
+constexpr int kGemmTiles = kGemmWarpsM * kGemmTilesPerWarp;    // a chunk: 128 pairs
+constexpr int kGemmWeightRows = kGemmGroups * 16;
+constexpr int kGemmXRows = kGemmTiles * kTileRows;
 
+// One stage (one super-step) in shared memory, in 16-byte pieces: the weight rows (dense: 16 pieces a
+// row; MXFP4: 4 pieces of nibbles a row, then a word of the row's 4 scales), then the x rows (16).
+template <bool kMxfp4>
+struct GemmStage {
+  static constexpr int kWeightPieces = kGemmWeightRows * (kMxfp4 ? 4 : kSuperPieces);
+  static constexpr int kScaleWords = kMxfp4 ? kGemmWeightRows : 0;
+  static constexpr int kXPieces = kGemmXRows * kSuperPieces;
+  static constexpr int kPieces = kWeightPieces + kScaleWords / 4 + kXPieces;
+};
+template <bool kMxfp4>
+constexpr int kGemmStages = kMxfp4 ? 3 : 2;  // 147 / 192 KiB
+
+// Where piece q (k 8q..8q+7 of the super-step) of a 16-piece row r sits: lane t's pieces u = 0..3
+// (k 32t + 8u) at u * 4 + t, so the 4 lanes of a row read 64 contiguous bytes; odd rows swap their
+// halves, so the two rows a quarter warp reads fall on different banks.
+__device__ __forceinline__ int gemm_piece(int q, int r) { return ((q % 4) * 4 + q / 4) ^ ((r & 1) << 2); }
+
+// Where lane t's 16 bytes of MXFP4 nibbles (k 32t..32t+31 of the super-step) sit in their 64-byte row
+// r: swapped by r / 2, so that the 32-bit word u of each lane's piece, as a warp reads it (rows g
+// and g + 8 of lane (g, t)), falls on 32 different banks.
+__device__ __forceinline__ int nibble_piece(int t, int r) { return t ^ ((r >> 1) & 3); }
+
+// Each expert's tiles [first, end) and its chunks' first index, from tile_experts (used tiles first,
+// ascending experts): shared memory of 3 (E + 1) ints.
+struct GemmSchedule {
+  int* first;        // [E]
+  int* end;          // [E]
+  int* chunk_start;  // [E + 1]: exclusive scan of ceil(tiles / kGemmTiles)
+};
+
+__device__ int build_gemm_schedule(const MoeGemmArgs& a, const GemmSchedule& s) {
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int num_experts = a.num_experts, num_tiles = static_cast<int>(a.num_tiles);
+  for (int e = tid; e < num_experts; e += threads) s.first[e] = s.end[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < num_tiles; i += threads) {
+    const int e = a.tile_experts[i];
+    if (e < 0) continue;
+    if (e >= num_experts) __trap();  // tiles from moe_group over other weights: a broken invariant
+    if (i == 0 || a.tile_experts[i - 1] != e) s.first[e] = i;
+    if (i + 1 == num_tiles || a.tile_experts[i + 1] != e) s.end[e] = i + 1;
+  }
+  __syncthreads();
+  // Thread i sums the chunks of experts [i * per, (i + 1) * per), then one block scan.
+  const int per = (num_experts + threads - 1) / threads, lo = min(num_experts, tid * per),
+            hi = min(num_experts, lo + per);
+  int mine = 0;
+  for (int e = lo; e < hi; ++e) mine += (s.end[e] - s.first[e] + kGemmTiles - 1) / kGemmTiles;
+  __shared__ int warp_totals[kGemmWarps];
+  int total = 0;
+  int before = block_inclusive_scan<kGemmWarps>(mine, warp_totals, total) - mine;
+  for (int e = lo; e < hi; ++e) {
+    s.chunk_start[e] = before;
+    before += (s.end[e] - s.first[e] + kGemmTiles - 1) / kGemmTiles;
+  }
+  if (tid == 0) s.chunk_start[num_experts] = total;
+  __syncthreads();
+  return total;
+}
+
+// The expert e of chunk c: chunk_start[e] <= c < chunk_start[e + 1] (experts without a chunk have an
+// empty range).
+__device__ __forceinline__ int chunk_expert(const GemmSchedule& s, int num_experts, int c) {
+  int lo = 0, hi = num_experts;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (s.chunk_start[mid] <= c) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// Issues super-step `step` of the item into `stage`: the weight rows (w_rows: row index in the stacked
+// [E * n] rows, -1 = none) and the x rows (x_rows_of: row of x, -1 = none); k past K reads zeros.
+// Thread tid copies piece tid % 16 of rows tid / 16 + 16 i; it reads all its row indices first (each
+// cp.async is a compiler barrier for shared loads, so interleaved they waited one by one).
+// MXFP4 scales are not cp.async-able (a row's 4 bytes need not be 4-byte aligned): the returned word
+// is this thread's row's 4 scales, which the caller stores once the stage's computation is done.
 template <typename T, bool kMxfp4>
-__device__ __forceinline__ void stage_x_step(uint4* stage, const MoeGemmArgs& a, int64_t first_tile, int rows,
-                                             int64_t step) {
-  const int64_t k_pieces = a.k / 8;
-  for (int i = static_cast<int>(threadIdx.x); i < rows * kSuperPieces; i += static_cast<int>(blockDim.x)) {
-    const int r = i / kSuperPieces, q = i % kSuperPieces;
-    const int pair = a.tile_pairs[first_tile * kTileRows + r];
-    const int64_t piece = step * kSuperPieces + q;
-    const bool valid = pair >= 0 && piece < k_pieces;
-    const T* x = static_cast<const T*>(a.x) + (valid ? pair / a.pairs_per_x_row * a.ld_x + piece * 8 : 0);
-    cp_async<16>(stage + r * kGemmRowPieces + (q % 4) * 4 + q / 4, x, valid);
+__device__ __forceinline__ uint32_t issue_gemm_stage(uint4* stage, const MoeGemmArgs& a, const int* w_rows,
+                                                     const int* x_rows_of, int x_rows, int step) {
+  constexpr int kThreads = kGemmWarps * 32;
+  constexpr int kRowsPerPass = kThreads / kSuperPieces;  // 16
+  const int tid = static_cast<int>(threadIdx.x), k = static_cast<int>(a.k);
+  uint32_t scale_word = 0x7f7f7f7fu;
+  if constexpr (kMxfp4) {
+    // 4 pieces of nibbles a row: thread tid copies piece tid % 4 of rows tid / 4 + 64 i.
+    constexpr int kPasses = kGemmWeightRows * 4 / kThreads;
+    const int q = tid % 4;
+    const bool in_k = step * kSuperK + 32 * q < k;
+    int rows[kPasses];
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) rows[i] = w_rows[tid / 4 + (kThreads / 4) * i];
+    const uint8_t* blocks = static_cast<const uint8_t*>(a.weight) + step * (kSuperK / 2) + 16 * q;
+    const int64_t row_bytes = a.k / 2;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = tid / 4 + (kThreads / 4) * i;
+      const bool valid = rows[i] >= 0 && in_k;
+      cp_async<16>(stage + r * 4 + nibble_piece(q, r), valid ? blocks + rows[i] * row_bytes : a.weight, valid);
+    }
+    const int row = w_rows[tid % kGemmWeightRows];
+    const int groups = k / 32;
+    if (row >= 0) {
+      const uint8_t* p = a.scales + static_cast<int64_t>(row) * groups + step * 4;
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (step * 4 + t < groups) scale_word = (scale_word & ~(0xffu << (8 * t))) | uint32_t{__ldg(p + t)} << (8 * t);
+    }
+  } else {
+    constexpr int kPasses = kGemmWeightRows / kRowsPerPass;
+    const int q = tid % kSuperPieces;
+    const bool in_k = step * kSuperK + 8 * q < k;
+    int rows[kPasses];
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) rows[i] = w_rows[tid / kSuperPieces + kRowsPerPass * i];
+    const T* weight = static_cast<const T*>(a.weight) + step * kSuperK + 8 * q;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = tid / kSuperPieces + kRowsPerPass * i;
+      const bool valid = rows[i] >= 0 && in_k;
+      cp_async<16>(stage + r * kSuperPieces + gemm_piece(q, r), valid ? weight + rows[i] * a.k : a.weight, valid);
+    }
+  }
+  uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4;
+  constexpr int kXPasses = kGemmXRows / kRowsPerPass;
+  const int q = tid % kSuperPieces;
+  const bool in_k = step * kSuperK + 8 * q < k;
+  int x_row[kXPasses];
+#pragma unroll
+  for (int i = 0; i < kXPasses; ++i) x_row[i] = x_rows_of[tid / kSuperPieces + kRowsPerPass * i];
+  const T* x = static_cast<const T*>(a.x) + step * kSuperK + 8 * q;
+#pragma unroll
+  for (int i = 0; i < kXPasses; ++i) {
+    const int r = tid / kSuperPieces + kRowsPerPass * i;
+    if (r >= x_rows) break;  // rows of tiles past the chunk's: never multiplied into a stored sum
+    const bool valid = x_row[i] >= 0 && in_k;
+    cp_async<16>(x_stage + r * kSuperPieces + gemm_piece(q, r), valid ? x + x_row[i] * a.ld_x : a.x, valid);
+  }
+  return scale_word;
+}
+
+template <bool kMxfp4>
+__device__ __forceinline__ void store_scale_word(uint4* stage, uint32_t word) {
+  if constexpr (kMxfp4) {
+    if (threadIdx.x < kGemmWeightRows)
+      reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces)[threadIdx.x] = word;
   }
 }
 
-template <typename T, bool kMxfp4>
-__device__ __forceinline__ void gemm_run(const MoeGemmArgs& a, uint4* stages, int64_t first_tile, int num_tiles,
-                                         int expert, int64_t group, int g, int t) {
-  bool ok = false;
-  const int64_t row = static_cast<int64_t>(expert) * a.n + group_weight_row(a, group, g, ok);
-  const int64_t steps = (a.k + kSuperK - 1) / kSuperK;
-  const int rows = num_tiles * kTileRows;
-  constexpr int kStage = kGemmTiles * kTileRows * kGemmRowPieces;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  float c[kGemmTiles / 2][4];
+
+// The warp's first kTiles tiles (4 or 8: a branch inside the unrolled loop made the compiler move
+// every accumulator through the same registers around each mma); tiles past the chunk's multiply
+// whatever their rows hold, into sums that are never stored.
+template <typename T, bool kMxfp4, int kTiles>
+__device__ __forceinline__ void multiply_gemm_stage(float (&c)[kGemmGroupsPerWarp][kGemmTilesPerWarp][4],
+                                                    const uint4* stage, int warp_n, int warp_m, int g, int t) {
+  const uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4;
+  const int swap = (g & 1) << 2;
+  uint32_t scale[kGemmGroupsPerWarp][2];  // MXFP4: the lane's scale of rows g, g + 8 of each group
+  bool fast = true;
+  if constexpr (kMxfp4) {
+    const uint32_t* scales = reinterpret_cast<const uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces);
 #pragma unroll
-  for (int j = 0; j < kGemmTiles / 2; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
-  stage_x_step<T, kMxfp4>(stages, a, first_tile, rows, 0);
-  cp_async_commit();
-  WeightStep<T, kMxfp4> w_now, w_next;
-  load_weight_step(w_now, a, row, ok, 0, t);
-  for (int64_t s = 0; s < steps; ++s) {
-    const bool more = s + 1 < steps;
-    if (more) {
-      stage_x_step<T, kMxfp4>(stages + ((s + 1) & 1) * kStage, a, first_tile, rows, s + 1);
-      cp_async_commit();
-      load_weight_step(w_next, a, row, ok, s + 1, t);
-      cp_async_wait<1>();
+    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        scale[j][h] = scales[warp_n * 64 + j * 16 + h * 8 + g] >> (8 * t) & 0xffu;
+        fast = fast && scale[j][h] >= 16u && scale[j][h] <= 129u;
+      }
+    fast = __all_sync(kFullMask, fast);
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int p = (u * 4 + t) ^ swap;
+    if constexpr (kMxfp4) {
+      // The tiles' x first, then one row group's weights converted at a time: 8 registers of
+      // converted weights live instead of 32 (the 8-tile form spilled).
+      uint4 xv[kTiles];
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) xv[i] = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
+#pragma unroll
+      for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
+        // Word u of the lane's nibbles in rows g and g + 8 (read here, not held: 32 registers over the step).
+        const uint32_t* nibbles = reinterpret_cast<const uint32_t*>(stage);
+        const int r = warp_n * 64 + j * 16 + g;
+        const uint32_t word_lo = nibbles[(r * 4 + nibble_piece(t, r)) * 4 + u];
+        const uint32_t word_hi = nibbles[((r + 8) * 4 + nibble_piece(t, r + 8)) * 4 + u];
+        const uint4 lo = fast ? mxfp4_piece_fast(word_lo, scale[j][0]) : mxfp4_piece(word_lo, scale[j][0]);
+        const uint4 hi = fast ? mxfp4_piece_fast(word_hi, scale[j][1]) : mxfp4_piece(word_hi, scale[j][1]);
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+          mma_16816_rows16<T>(c[j][i], lo.x, hi.x, lo.y, hi.y, xv[i].x, xv[i].y);
+          mma_16816_rows16<T>(c[j][i], lo.z, hi.z, lo.w, hi.w, xv[i].z, xv[i].w);
+        }
+      }
     } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    uint4 pieces_w[4];
-    weight_pieces(w_now, pieces_w);
-    const uint4* stage = stages + (s & 1) * kStage;
+      uint4 lo[kGemmGroupsPerWarp], hi[kGemmGroupsPerWarp];
 #pragma unroll
-    for (int j = 0; j < kGemmTiles / 2; ++j) {
-      if (2 * j >= num_tiles) break;  // block-uniform
-      const uint4* row_a = stage + ((2 * j) * kTileRows + g) * kGemmRowPieces;
-      const bool has_b = 2 * j + 1 < num_tiles;
-      const uint4* row_b = row_a + kTileRows * kGemmRowPieces;
+      for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
+        const int r = warp_n * 64 + j * 16 + g;
+        lo[j] = stage[r * kSuperPieces + p];
+        hi[j] = stage[(r + 8) * kSuperPieces + p];
+      }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint4 xa = row_a[u * 4 + t], xb = has_b ? row_b[u * 4 + t] : zero;
-        mma_16816_rows16<T>(c[j], xa.x, xb.x, xa.y, xb.y, pieces_w[u].x, pieces_w[u].y);
-        mma_16816_rows16<T>(c[j], xa.z, xb.z, xa.w, xb.w, pieces_w[u].z, pieces_w[u].w);
+      for (int i = 0; i < kTiles; ++i) {
+        const uint4 xv = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
+#pragma unroll
+        for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
+          mma_16816_rows16<T>(c[j][i], lo[j].x, hi[j].x, lo[j].y, hi[j].y, xv.x, xv.y);
+          mma_16816_rows16<T>(c[j][i], lo[j].z, hi[j].z, lo[j].w, hi[j].w, xv.z, xv.w);
+        }
       }
     }
-    __syncthreads();  // the stage is refilled two super-steps on
-    if (more) w_now = w_next;
-  }
-#pragma unroll
-  for (int j = 0; j < kGemmTiles / 2; ++j) {
-    if (2 * j >= num_tiles) break;
-    const int64_t tile_a = first_tile + 2 * j;
-    store_pair_row<T>(a, expert, group, a.tile_pairs[tile_a * kTileRows + g], t, c[j][0], c[j][1]);
-    const int pair_b = 2 * j + 1 < num_tiles ? a.tile_pairs[(tile_a + 1) * kTileRows + g] : -1;
-    store_pair_row<T>(a, expert, group, pair_b, t, c[j][2], c[j][3]);
   }
 }
 
 template <typename T, bool kMxfp4>
-__global__ void __launch_bounds__(kGemmWarps * 32)
-    moe_gemm_tiled_kernel(MoeGemmArgs a) {
-  extern __shared__ uint4 stages[];  // [2][kGemmTiles * 8][kGemmRowPieces]
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemmWarps + warp;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGemmTiles;
-  int i = 0;
-  while (i < kGemmTiles && first + i < a.num_tiles) {  // runs of one expert
-    const int expert = a.tile_experts[first + i];
-    if (expert < 0) break;  // used tiles come first
-    int end = i + 1;
-    while (end < kGemmTiles && first + end < a.num_tiles && a.tile_experts[first + end] == expert) ++end;
-    gemm_run<T, kMxfp4>(a, stages, first + i, end - i, expert, group, lane / 4, lane % 4);
-    __syncthreads();  // the next run restages from the first stage
-    i = end;
+__global__ void __launch_bounds__(kGemmWarps * 32, 1)
+    moe_gemm_tiled_kernel(MoeGemmArgs a, int row_blocks) {
+  extern __shared__ uint4 smem[];  // [kGemmStages][GemmStage::kPieces], then the schedule
+  constexpr int kStages = kGemmStages<kMxfp4>;
+  constexpr int kStagePieces = GemmStage<kMxfp4>::kPieces;
+  int* schedule_ints = reinterpret_cast<int*>(smem + kStages * kStagePieces);
+  const GemmSchedule schedule{schedule_ints, schedule_ints + a.num_experts, schedule_ints + 2 * a.num_experts};
+  __shared__ int w_rows[kGemmWeightRows];
+  __shared__ int x_rows_of[kGemmXRows];
+  __shared__ int chunk_pairs[kGemmXRows];
+  const int chunks = build_gemm_schedule(a, schedule);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int warp_n = warp % kGemmWarpsN, warp_m = warp / kGemmWarpsN;
+  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
+  const int items = chunks * row_blocks;
+  for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
+    const int chunk = item / row_blocks, row_block = item % row_blocks;
+    const int expert = chunk_expert(schedule, a.num_experts, chunk);
+    const int first_tile = schedule.first[expert] + (chunk - schedule.chunk_start[expert]) * kGemmTiles;
+    const int tiles = min(kGemmTiles, schedule.end[expert] - first_tile);
+    __syncthreads();  // the last item's epilogue has read chunk_pairs
+    // The item's rows: weight row r of the block is row lo (r % 16 < 8) or hi of group r / 16.
+    {
+      const int r = tid % kGemmWeightRows;
+      const GemvRows rows = gemv_weight_rows(a, static_cast<int64_t>(row_block) * kGemmGroups + r / 16, r % 8);
+      const bool lo = r % 16 < 8, ok = lo ? rows.ok_lo : rows.ok_hi;
+      if (tid < kGemmWeightRows) w_rows[r] = ok ? static_cast<int>(expert * a.n + (lo ? rows.lo : rows.hi)) : -1;
+      if (tid < kGemmXRows) {
+        const int pair = tid < tiles * kTileRows ? a.tile_pairs[static_cast<int64_t>(first_tile) * kTileRows + tid] : -1;
+        chunk_pairs[tid] = pair;
+        x_rows_of[tid] = pair >= 0 ? pair / static_cast<int>(a.pairs_per_x_row) : -1;
+      }
+    }
+    __syncthreads();
+    const int x_rows = tiles * kTileRows;
+    const int warp_tiles = min(kGemmTilesPerWarp, max(0, tiles - warp_m * kGemmTilesPerWarp));
+    uint32_t scale_words[kStages];
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < steps) {
+        scale_words[s] = issue_gemm_stage<T, kMxfp4>(smem + s * kStagePieces, a, w_rows, x_rows_of, x_rows, s);
+        store_scale_word<kMxfp4>(smem + s * kStagePieces, scale_words[s]);
+      }
+      cp_async_commit();
+    }
+    float c[kGemmGroupsPerWarp][kGemmTilesPerWarp][4];
+#pragma unroll
+    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+#pragma unroll
+      for (int i = 0; i < kGemmTilesPerWarp; ++i) c[j][i][0] = c[j][i][1] = c[j][i][2] = c[j][i][3] = 0.0f;
+    for (int s = 0; s < steps; ++s) {
+      const int ahead = s + kStages - 1;
+      uint32_t scale_ahead = 0;
+      if (ahead < steps)
+        scale_ahead = issue_gemm_stage<T, kMxfp4>(smem + (ahead % kStages) * kStagePieces, a, w_rows, x_rows_of,
+                                                  x_rows, ahead);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+      __syncthreads();
+      const uint4* stage = smem + (s % kStages) * kStagePieces;
+      if (warp_tiles > kGemmTilesPerWarp / 2)  // warp-uniform
+        multiply_gemm_stage<T, kMxfp4, kGemmTilesPerWarp>(c, stage, warp_n, warp_m, g, t);
+      else if (warp_tiles > 0)
+        multiply_gemm_stage<T, kMxfp4, kGemmTilesPerWarp / 2>(c, stage, warp_n, warp_m, g, t);
+      // The stage read next was fully read one step ago; its scales go in before the barrier.
+      if (ahead < steps) store_scale_word<kMxfp4>(smem + (ahead % kStages) * kStagePieces, scale_ahead);
+      __syncthreads();
+    }
+    // The pairs from shared memory and the bias once a row group: the stores may alias global memory,
+    // so loads among them would each wait for the ones before.
+#pragma unroll
+    for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
+      const GemvRows rows =
+          gemv_weight_rows(a, static_cast<int64_t>(row_block) * kGemmGroups + warp_n * kGemmGroupsPerWarp + j, g);
+      const RowBias bias = row_bias<T>(a, expert, rows);
+#pragma unroll
+      for (int i = 0; i < kGemmTilesPerWarp; ++i) {
+        const int tile = warp_m * kGemmTilesPerWarp + i;
+        if (tile >= tiles) break;
+        const int pairs[2] = {chunk_pairs[tile * kTileRows + 2 * t], chunk_pairs[tile * kTileRows + 2 * t + 1]};
+        store_row_pair<T>(a, rows, bias, pairs, c[j][i]);
+      }
+    }
   }
 }
 
@@ -891,7 +1093,7 @@ cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_w
   });
 }
 
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream) {
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, cudaStream_t stream) {
   if (args.num_tiles == 0) return cudaSuccess;
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
   const int64_t columns_per_group = args.fuse_act ? kTileRows / 2 : kTileRows;
@@ -912,16 +1114,32 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStr
   const int64_t gemv_smem = int64_t{staged_rows} * row_pieces * 16;
   const int64_t gemv_groups = args.fuse_act ? (args.n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
                                             : (args.n + kGemvRows - 1) / kGemvRows;
-  const int64_t gemm_smem = int64_t{2} * kGemmTiles * kTileRows * kGemmRowPieces * 16;
-  if (mma && gemv_smem <= smem_optin_limit() && gemm_smem <= smem_optin_limit()) {
+  const int64_t gemm_row_blocks = (gemv_groups + kGemmGroups - 1) / kGemmGroups;
+  const int64_t schedule_bytes = 3 * (int64_t{args.num_experts} + 1) * 4;
+  const int64_t gemm_smem = (mxfp4 ? int64_t{kGemmStages<true>} * GemmStage<true>::kPieces
+                                   : int64_t{kGemmStages<false>} * GemmStage<false>::kPieces) * 16 + schedule_bytes;
+  // The tiled kernel's weight row indices (in the stacked [E * n] rows) and work items are 32-bit.
+  // (4 KiB: room for its static shared memory.)
+  const bool gemm_fits = gemm_smem + 4096 <= smem_optin_limit() && args.num_experts * args.n < (int64_t{1} << 31) &&
+                         (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31);
+  if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
     auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
                       std::atomic<uint64_t>& gemm_raised) {
       if (args.num_tiles * kTileRows > kSharedWeightsMinRows) {
-        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem, gemm_raised);
+        // Raised once to what the kernel's static shared memory leaves (the schedule's size depends on E).
+        cudaFuncAttributes attributes{};
+        cudaError_t e = cudaFuncGetAttributes(&attributes, gemm_kernel);
         if (e != cudaSuccess) return e;
-        const dim3 grid(static_cast<unsigned>((args.num_tiles + kGemmTiles - 1) / kGemmTiles),
-                        static_cast<unsigned>((groups + kGemmWarps - 1) / kGemmWarps));
-        gemm_kernel<<<grid, kGemmWarps * 32, gemm_smem, stream>>>(args);
+        if (gemm_smem + static_cast<int64_t>(attributes.sharedSizeBytes) > smem_optin_limit())
+          return cudaErrorInvalidValue;
+        e = allow_dynamic_smem(gemm_kernel, smem_optin_limit() - static_cast<int64_t>(attributes.sharedSizeBytes),
+                               gemm_raised);
+        if (e != cudaSuccess) return e;
+        // At most one chunk a tile in 16, plus one a used expert.
+        const int64_t max_items =
+            (args.num_tiles / kGemmTiles + std::min<int64_t>(args.num_experts, args.num_tiles) + 1) * gemm_row_blocks;
+        const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(std::max(num_sms, 1), max_items));
+        gemm_kernel<<<blocks, kGemmWarps * 32, gemm_smem, stream>>>(args, static_cast<int>(gemm_row_blocks));
       } else {
         // Raised once to the limit: each launch's size depends on K, and a smaller first K must not cap
         // the later ones.

@@ -37,10 +37,12 @@ struct MoeGemmArgs {
   int64_t num_pairs = 0;          // out's rows: the pairs of the step (a tile holds at most min(8, num_pairs))
   int64_t n = 0, k = 0;           // k % 32 == 0
   int64_t pairs_per_x_row = 1;
+  int num_experts = 0;            // E of the weights
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
   Activation act = Activation::kSilu;
 };
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, cudaStream_t stream);
+// num_sms: the tiled kernel's persistent grid (a block an SM).
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, cudaStream_t stream);
 // out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32); from
 // +0 instead of out's rows when !accumulate.
 cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
