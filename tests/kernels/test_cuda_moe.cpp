@@ -124,8 +124,9 @@ TEST(CudaMoe, CombineIsBitwiseTheCpuTwin) {
 }
 
 // A token's output does not depend on the batch around it: token 5 of `big` alone, and in batches of
-// 7, 64 and 300 (mostly the decode kernel: up to 2,048 rows of tile capacity), against its row of the big batch (the
-// tiled kernel above); the big batch against the CPU twin too (the tiled kernel's sums, a few ulps).
+// 7, 64 and 300 (mostly the decode kernel: up to 2,048 rows of tile capacity), against its row of the
+// big batch (the tiled kernel above); the big batch against the CPU twin too (the tiled kernel's sums,
+// a few ulps).
 // The combine rounds after each slot, so an ulp of a partial sum (up to ~8 at hidden 1,088: 2^-5)
 // can remain where the slots cancel to ~0: the absolute bound is two such ulps.
 void expect_batch_invariant(const MoeCase& big, Backend& gpu, const std::string& what) {
@@ -157,7 +158,7 @@ void expect_batch_invariant(const MoeCase& big, Backend& gpu, const std::string&
 
 // K over several super-steps and a partial one (hidden 1,088 = 8.5 x 128, width 160: the down
 // projection's K is 1.25 super-steps) and the usual small shape; 700 tokens top 4 of 16 experts (2,800
-// pairs, ~22 tiles an expert: a full chunk of 16 tiles and a partial one) or top 2 of 8 (gpt-oss).
+// pairs, ~22 tiles an expert: a full chunk of 16 tiles and a partial one) or of 8 (gpt-oss, MXFP4).
 TEST(CudaMoe, TokenOutputIsBatchInvariant) {
   PAGELLM_GPU_OR_SKIP(gpu);
   for (const auto [hidden, width] : {std::pair<int64_t, int64_t>{64, 32}, {1088, 160}})
