@@ -387,9 +387,9 @@ __device__ __forceinline__ int staged_piece(int piece_in_row) {
   return piece_in_row - q + (q % 4) * 4 + q / 4;
 }
 
-// The FMA kernel's store: row g's two sums (columns 2t, 2t + 1 of the 8) of column group `group`: round, bias (rounded),
-// then the store or act(gate) * up (gate columns 0..3 are in lanes t < 2, their up columns two lanes on).
-// Every lane of the warp calls it (the shuffle).
+// The FMA kernel's store: row g's two sums (columns 2t, 2t + 1 of the 8) of column group `group`:
+// round, bias (rounded), then the store or act(gate) * up (gate columns 0..3 are in lanes t < 2, their
+// up columns two lanes on). Every lane of the warp calls it (the shuffle).
 template <typename T>
 __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert, int64_t group, int pair, int t,
                                                float c0, float c1) {
@@ -846,7 +846,8 @@ __device__ __forceinline__ void multiply_gemm_stage(float (&c)[kGemmGroupsPerWar
       // converted weights live instead of 32 (the 8-tile form spilled).
       uint4 xv[kTiles];
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) xv[i] = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
+      for (int i = 0; i < kTiles; ++i)
+        xv[i] = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
 #pragma unroll
       for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
         // Word u of the lane's nibbles in rows g and g + 8 (read here, not held: 32 registers over the step).
@@ -912,7 +913,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       const bool lo = r % 16 < 8, ok = lo ? rows.ok_lo : rows.ok_hi;
       if (tid < kGemmWeightRows) w_rows[r] = ok ? static_cast<int>(expert * a.n + (lo ? rows.lo : rows.hi)) : -1;
       if (tid < kGemmXRows) {
-        const int pair = tid < tiles * kTileRows ? a.tile_pairs[static_cast<int64_t>(first_tile) * kTileRows + tid] : -1;
+        const int64_t slot = static_cast<int64_t>(first_tile) * kTileRows + tid;
+        const int pair = tid < tiles * kTileRows ? a.tile_pairs[slot] : -1;
         chunk_pairs[tid] = pair;
         x_rows_of[tid] = pair >= 0 ? pair / static_cast<int>(a.pairs_per_x_row) : -1;
       }
