@@ -6,6 +6,10 @@
 #   GPU_MOE_NCU="gpt-oss-20b" presets whose batch-1 decode steps run under Nsight Compute (GPU time per kernel, eager steps)
 #   GPU_MOE_NCU_INPUT=512     the prompt length of those steps: at 16 tokens the decode attention does not
 #                             split its keys, so its merge (the largest small kernel at 512) never shows
+#   GPU_MOE_SASS="qwen3-30b-a3b"  presets whose first grouped expert GEMM of a 2,048-token prefill step
+#                             (moe_gemm_tiled_kernel, batch 4 x 512) runs under Nsight Compute's warp-state
+#                             and source counters: stall reasons, instruction mix and the most stalled
+#                             SASS instructions (scripts/ncu_sass.py)
 #   GPU_MOE_TESTS="CudaMoe.*" a test_kernels filter run first ("" = none)
 #   GPU_MOE_GOLDEN="*cuda/*moe*:*cuda/gpt_oss*"  a test_golden filter run next ("" = none)
 #   GPU_MOE_LAYERS=4          make the checkpoints with this many decoder layers (make-model --num-layers):
@@ -64,6 +68,15 @@ for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
       --batch-size 1 --kv-cache-memory 2000000000 >"$csv" 2>"$out/ncu_$preset.err"
     note "ncu $preset: rc=$?"
     python3 scripts/ncu_steps.py "$csv" 3 | tee "$out/ncu_$preset.txt"
+  fi
+  if [[ " ${GPU_MOE_SASS:-} " == *" $preset "* ]]; then
+    timeout 300 ncu --clock-control none --kernel-name regex:moe_gemm_tiled --launch-count 1 --section WarpStateStats \
+      --section SourceCounters -o "$out/sass_$preset" "$b/src/pagellm" bench latency --model "/dev/shm/$preset" \
+      --input-len 512 --output-len 2 --max-model-len 1024 --batch-size 4 >"$out/sass_$preset.log" 2>&1
+    note "ncu source counters $preset: rc=$?"
+    ncu -i "$out/sass_$preset.ncu-rep" --page source --csv --print-source sass >"$out/sass_$preset.csv" 2>&1
+    python3 scripts/ncu_sass.py "$out/sass_$preset.csv" | tee "$out/sass_$preset.txt"
+    rm -f "$out/sass_$preset.ncu-rep"
   fi
   rm -rf "/dev/shm/$preset"
 done
