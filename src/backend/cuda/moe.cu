@@ -666,6 +666,9 @@ constexpr int kGemmGroups = kGemmWarpsN * kGemmGroupsPerWarp;  // a row block: 2
 constexpr int kGemmTiles = kGemmWarpsM * kGemmTilesPerWarp;    // a chunk: 128 pairs
 constexpr int kGemmWeightRows = kGemmGroups * 16;
 constexpr int kGemmXRows = kGemmTiles * kTileRows;
+// Shared memory the launcher leaves to the kernel's static arrays (the item's rows and pairs, the
+// schedule's scan: 2,080 bytes).
+constexpr int64_t kGemmStaticSmemRoom = 4096;
 
 // One stage (one super-step) in shared memory, in 16-byte pieces: the weight rows (dense: 16 pieces a
 // row; MXFP4: 4 pieces of nibbles a row, then a word of the row's 4 scales), then the x rows (16).
@@ -922,12 +925,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     __syncthreads();
     const int x_rows = tiles * kTileRows;
     const int warp_tiles = min(kGemmTilesPerWarp, max(0, tiles - warp_m * kGemmTilesPerWarp));
-    uint32_t scale_words[kStages];
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < steps) {
-        scale_words[s] = issue_gemm_stage<T, kMxfp4>(smem + s * kStagePieces, a, w_rows, x_rows_of, x_rows, s);
-        store_scale_word<kMxfp4>(smem + s * kStagePieces, scale_words[s]);
+        const uint32_t scale_word =
+            issue_gemm_stage<T, kMxfp4>(smem + s * kStagePieces, a, w_rows, x_rows_of, x_rows, s);
+        store_scale_word<kMxfp4>(smem + s * kStagePieces, scale_word);
       }
       cp_async_commit();
     }
@@ -1120,22 +1123,18 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   const int64_t schedule_bytes = 3 * (int64_t{args.num_experts} + 1) * 4;
   const int64_t gemm_smem = (mxfp4 ? int64_t{kGemmStages<true>} * GemmStage<true>::kPieces
                                    : int64_t{kGemmStages<false>} * GemmStage<false>::kPieces) * 16 + schedule_bytes;
-  // The tiled kernel's weight row indices (in the stacked [E * n] rows) and work items are 32-bit.
-  // (4 KiB: room for its static shared memory.)
-  const bool gemm_fits = gemm_smem + 4096 <= smem_optin_limit() && args.num_experts * args.n < (int64_t{1} << 31) &&
+  // The tiled kernel's weight row indices (in the stacked [E * n] rows) and work items are 32-bit;
+  // its dynamic shared memory leaves kGemmStaticSmemRoom of the limit to its static arrays.
+  const int64_t gemm_smem_limit = smem_optin_limit() - kGemmStaticSmemRoom;
+  const bool gemm_fits = gemm_smem <= gemm_smem_limit && args.num_experts * args.n < (int64_t{1} << 31) &&
                          (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31);
   if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
     auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
                       std::atomic<uint64_t>& gemm_raised) {
       if (args.num_tiles * kTileRows > kSharedWeightsMinRows) {
-        // Raised once to what the kernel's static shared memory leaves (the schedule's size depends on E).
-        cudaFuncAttributes attributes{};
-        cudaError_t e = cudaFuncGetAttributes(&attributes, gemm_kernel);
-        if (e != cudaSuccess) return e;
-        if (gemm_smem + static_cast<int64_t>(attributes.sharedSizeBytes) > smem_optin_limit())
-          return cudaErrorInvalidValue;
-        e = allow_dynamic_smem(gemm_kernel, smem_optin_limit() - static_cast<int64_t>(attributes.sharedSizeBytes),
-                               gemm_raised);
+        // Raised once to the whole room (the schedule's size depends on E); if the kernel's static arrays
+        // outgrew kGemmStaticSmemRoom, cudaFuncSetAttribute refuses it here, before any launch.
+        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, gemm_raised);
         if (e != cudaSuccess) return e;
         // At most one chunk a tile in 16, plus one a used expert.
         const int64_t max_items =
