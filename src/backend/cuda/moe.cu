@@ -653,25 +653,29 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 // groups (gemv_weight_rows: the same rows, so with the activation fused each group holds 8 gate rows
 // and their 8 up rows). For each super-step the block stages the row block's weights and the chunk's
 // x rows in shared memory with cp.async, kGemmStages deep, and its warps (kGemmWarpsN over the rows x
-// kGemmWarpsM over the tiles) each multiply 64 weight rows (the mma's A, four 16-row groups) by 8
-// tiles (B, x row g in lane (g, t)): 128 sums a lane; each 16-byte piece of weights read from shared
-// memory (or converted from MXFP4 there) feeds 16 mma and each piece of x 8, where the first tiled
-// kernel (x from shared memory, each warp's weights from global) fed each piece of x to 2.
-// Each product is the decode kernel's: the same pieces meet in the same mma, in the same order.
+// kGemmWarpsM over the tiles) each multiply 64 weight rows (four 16-row groups, eight 8-row halves:
+// the mma's B) by 8 tiles (four 16-pair groups: the mma's A): 128 sums a lane; each 16-byte piece of
+// weights read from shared memory (or converted from MXFP4 there) feeds 8 mma and each quad of x 8.
+// Each product is the decode kernel's: the same pieces meet in the same mma, in the same order, with
+// the roles of A and B swapped (as between the two kernels before: the tensor core's sum of a row and
+// column does not depend on which operand holds which).
 constexpr int kGemmWarpsN = 4, kGemmWarpsM = 2;
 constexpr int kGemmWarps = kGemmWarpsN * kGemmWarpsM;
 constexpr int kGemmGroupsPerWarp = 4;                          // 16-row weight groups a warp
 constexpr int kGemmTilesPerWarp = 8;                           // tiles of 8 pairs a warp
+constexpr int kGemmMGroupsPerWarp = kGemmTilesPerWarp / 2;     // 16-pair groups (the mma's M) a warp
 constexpr int kGemmGroups = kGemmWarpsN * kGemmGroupsPerWarp;  // a row block: 256 weight rows
 constexpr int kGemmTiles = kGemmWarpsM * kGemmTilesPerWarp;    // a chunk: 128 pairs
 constexpr int kGemmWeightRows = kGemmGroups * 16;
 constexpr int kGemmXRows = kGemmTiles * kTileRows;
+static_assert(kGemmXRows / 16 == kGemmWarps, "a warp stages one 16-pair group of x");
 // Shared memory the launcher leaves to the kernel's static arrays (the item's rows and pairs, the
 // schedule's scan: 2,080 bytes).
 constexpr int64_t kGemmStaticSmemRoom = 4096;
 
 // One stage (one super-step) in shared memory, in 16-byte pieces: the weight rows (dense: 16 pieces a
-// row; MXFP4: 4 pieces of nibbles a row, then a word of the row's 4 scales), then the x rows (16).
+// row; MXFP4: 4 pieces of nibbles a row, then a word of the row's 4 scales), then the x rows as the
+// mma's quads (x_quad_unit: 16 pieces a row too).
 template <bool kMxfp4>
 struct GemmStage {
   static constexpr int kWeightPieces = kGemmWeightRows * (kMxfp4 ? 4 : kSuperPieces);
@@ -686,6 +690,19 @@ constexpr int kGemmStages = kMxfp4 ? 3 : 2;  // 147 / 192 KiB
 // (k 32t + 8u) at u * 4 + t, so the 4 lanes of a row read 64 contiguous bytes; odd rows swap their
 // halves, so the two rows a quarter warp reads fall on different banks.
 __device__ __forceinline__ int gemm_piece(int q, int r) { return ((q % 4) * 4 + q / 4) ^ ((r & 1) << 2); }
+
+// x as the mma's A operand, staged so that one 16-byte read is one mma's quad a0..a3: the chunk's
+// 16-pair group M (pairs 16 M + g and 16 M + g + 8 in lane group g) has kXQuadUnitsPerRow 16-byte units
+// a row g, unit (P, h) = {x(g, w), x(g + 8, w), x(g, w + 1), x(g + 8, w + 1)} for the words w = 4 P + 2 h
+// of piece P (k 8 P .. 8 P + 7 of the super-step): h = 0 holds the piece's elements 0..3, the first
+// mma of the piece, h = 1 elements 4..7. Unit (P, h) sits at 2 P + h with its low three bits
+// swapped by 2 (P / 4) and g % 2, so a quarter warp's 16-byte reads (rows g, g + 1, lanes t = P / 4)
+// fall on 8 different bank groups, and a copy's 32 words (rows g, g + 8, 16 words of each) on 32 banks.
+constexpr int kXQuadUnitsPerRow = 2 * kSuperPieces;
+constexpr int kXQuadUnitsPerGroup = kTileRows * kXQuadUnitsPerRow;
+__device__ __forceinline__ int x_quad_unit(int g, int piece, int h) {
+  return g * kXQuadUnitsPerRow + ((2 * piece + h) ^ (2 * (piece / 4)) ^ (g & 1));
+}
 
 // Where lane t's 16 bytes of MXFP4 nibbles (k 32t..32t+31 of the super-step) sit in their 64-byte row
 // r: swapped by r / 2, so that the 32-bit word u of each lane's piece, as a warp reads it (rows g
@@ -741,92 +758,121 @@ __device__ __forceinline__ int chunk_expert(const GemmSchedule& s, int num_exper
   return lo;
 }
 
-// Issues super-step `step` of the item into `stage`: the weight rows (w_rows: row index in the stacked
-// [E * n] rows, -1 = none) and the x rows (x_rows_of: row of x, -1 = none); k past K reads zeros.
-// Thread tid copies piece tid % 16 of rows tid / 16 + 16 i; it reads all its row indices first (each
-// cp.async is a compiler barrier for shared loads, so interleaved they waited one by one).
-// MXFP4 scales are not cp.async-able (a row's 4 bytes need not be 4-byte aligned): the returned word
-// is this thread's row's 4 scales, which the caller stores once the stage's computation is done.
+// The copies of one super-step of the item into its stage, issued in kGemmCopyParts parts between the
+// parts of the previous super-step's multiplication (all at once, the warps stalled on the load/store
+// queue while the tensor cores idled: ncu put 40% of the stall samples there). Weight rows (w_rows:
+// row index in the stacked [E * n] rows, -1 = none): thread tid copies piece tid % 16 of rows
+// tid / 16 + 16 i (dense), or nibble piece tid % 4 of rows tid / 4 + 64 i (MXFP4). x (x_rows_of: row
+// of x, -1 = none): warp w copies 16-pair group w word by word into its quads (x_quad_unit), a copy
+// being rows g and g + 8 of the group, 16 words (64 bytes) of each: two 64-byte runs read, one
+// 128-byte run written. k past K reads zeros. Each part reads its row indices before its copies (a
+// cp.async is a compiler barrier for shared loads: interleaved, they waited one by one). MXFP4 scales
+// are not cp.async-able (a row's 4 bytes need not be 4-byte aligned): part 0 loads this thread's row's
+// 4 scales into scale_word, which the caller stores once the stage's multiplication is done.
+constexpr int kGemmCopyParts = 4;
 template <typename T, bool kMxfp4>
-__device__ __forceinline__ uint32_t issue_gemm_stage(uint4* stage, const MoeGemmArgs& a, const int* w_rows,
-                                                     const int* x_rows_of, int x_rows, int step) {
-  constexpr int kThreads = kGemmWarps * 32;
-  constexpr int kRowsPerPass = kThreads / kSuperPieces;  // 16
-  const int tid = static_cast<int>(threadIdx.x), k = static_cast<int>(a.k);
+struct GemmStageCopier {
+  static constexpr int kThreads = kGemmWarps * 32;
+  static constexpr int kWeightPasses = kGemmWeightRows * (kMxfp4 ? 4 : kSuperPieces) / kThreads;  // 4 / 16
+  static constexpr int kWeightPassesPerPart = kWeightPasses / kGemmCopyParts;
+  static constexpr int kXRowsPerPart = kTileRows / kGemmCopyParts;
+  static_assert(kWeightPasses % kGemmCopyParts == 0 && kTileRows % kGemmCopyParts == 0, "whole parts");
+
+  const MoeGemmArgs& a;
+  uint4* stage;
+  const int* w_rows;
+  const int* x_rows_of;
+  int x_rows, step;
+  bool active;  // the step exists (block-uniform)
   uint32_t scale_word = 0x7f7f7f7fu;
-  if constexpr (kMxfp4) {
-    // 4 pieces of nibbles a row: thread tid copies piece tid % 4 of rows tid / 4 + 64 i.
-    constexpr int kPasses = kGemmWeightRows * 4 / kThreads;
-    const int q = tid % 4;
-    const bool in_k = step * kSuperK + 32 * q < k;
-    int rows[kPasses];
+
+  __device__ __forceinline__ void part(int p) {
+    if (!active) return;
+    const int tid = static_cast<int>(threadIdx.x), k = static_cast<int>(a.k);
+    // Weights. Rows without weights read row 0 with a source size of 0 (zeros): no select of pointers.
+    constexpr int kPieces = kMxfp4 ? 4 : kSuperPieces, kRowsPerPass = kThreads / kPieces;
+    const int q = tid % kPieces;
+    const bool w_in_k = step * kSuperK + (kMxfp4 ? 32 : 8) * q < k;
+    int rows[kWeightPassesPerPart];
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) rows[i] = w_rows[tid / 4 + (kThreads / 4) * i];
-    const uint8_t* blocks = static_cast<const uint8_t*>(a.weight) + step * (kSuperK / 2) + 16 * q;
-    const int64_t row_bytes = a.k / 2;
+    for (int i = 0; i < kWeightPassesPerPart; ++i)
+      rows[i] = w_rows[tid / kPieces + kRowsPerPass * (p * kWeightPassesPerPart + i)];
+    if (kMxfp4 && p == 0) {
+      const int row = w_rows[tid % kGemmWeightRows], groups = k / 32;
+      if (row >= 0) {
+        const uint8_t* s = a.scales + static_cast<int64_t>(row) * groups + step * 4;
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int r = tid / 4 + (kThreads / 4) * i;
-      const bool valid = rows[i] >= 0 && in_k;
-      cp_async<16>(stage + r * 4 + nibble_piece(q, r), valid ? blocks + rows[i] * row_bytes : a.weight, valid);
+        for (int t = 0; t < 4; ++t)
+          if (step * 4 + t < groups) scale_word = (scale_word & ~(0xffu << (8 * t))) | uint32_t{__ldg(s + t)} << (8 * t);
+      }
     }
-    const int row = w_rows[tid % kGemmWeightRows];
-    const int groups = k / 32;
-    if (row >= 0) {
-      const uint8_t* p = a.scales + static_cast<int64_t>(row) * groups + step * 4;
 #pragma unroll
-      for (int t = 0; t < 4; ++t)
-        if (step * 4 + t < groups) scale_word = (scale_word & ~(0xffu << (8 * t))) | uint32_t{__ldg(p + t)} << (8 * t);
+    for (int i = 0; i < kWeightPassesPerPart; ++i) {
+      const int r = tid / kPieces + kRowsPerPass * (p * kWeightPassesPerPart + i);
+      const bool valid = rows[i] >= 0 && w_in_k;
+      const int row = max(rows[i], 0);
+      if constexpr (kMxfp4) {
+        const uint8_t* src = static_cast<const uint8_t*>(a.weight) + static_cast<int64_t>(row) * (k / 2) +
+                             step * (kSuperK / 2) + 16 * q;
+        cp_async<16>(stage + r * 4 + nibble_piece(q, r), src, valid);
+      } else {
+        const T* src = static_cast<const T*>(a.weight) + static_cast<int64_t>(row) * k + step * kSuperK + 8 * q;
+        cp_async<16>(stage + r * kSuperPieces + gemm_piece(q, r), src, valid);
+      }
     }
-  } else {
-    constexpr int kPasses = kGemmWeightRows / kRowsPerPass;
-    const int q = tid % kSuperPieces;
-    const bool in_k = step * kSuperK + 8 * q < k;
-    int rows[kPasses];
+    // x: rows g = p * kXRowsPerPart .. of the warp's group.
+    const int m_group = tid / 32, lane = tid % 32;
+    if (16 * m_group >= x_rows) return;  // the group holds no pair of the chunk (warp-uniform)
+    uint32_t* x_words = reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces +
+                                                    GemmStage<kMxfp4>::kScaleWords / 4) +
+                        m_group * (kXQuadUnitsPerGroup * 4);
+    const int half = lane / 16, w = lane % 16;  // row g + 8 half; word w of each run of 16
+    const int place = (w % 2) * 2 + half;       // the word's register in its quad
+    int x_row[kXRowsPerPart];
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) rows[i] = w_rows[tid / kSuperPieces + kRowsPerPass * i];
-    const T* weight = static_cast<const T*>(a.weight) + step * kSuperK + 8 * q;
+    for (int i = 0; i < kXRowsPerPart; ++i) x_row[i] = x_rows_of[16 * m_group + 8 * half + p * kXRowsPerPart + i];
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int r = tid / kSuperPieces + kRowsPerPass * i;
-      const bool valid = rows[i] >= 0 && in_k;
-      cp_async<16>(stage + r * kSuperPieces + gemm_piece(q, r), valid ? weight + rows[i] * a.k : a.weight, valid);
+    for (int i = 0; i < kXRowsPerPart; ++i) {
+      const int g = p * kXRowsPerPart + i;
+      const T* src = static_cast<const T*>(a.x) + static_cast<int64_t>(max(x_row[i], 0)) * a.ld_x + step * kSuperK + 2 * w;
+#pragma unroll
+      for (int run = 0; run < 4; ++run) {  // 32 k each; K % 32 == 0, so a run is all in K or all past it
+        const bool valid = x_row[i] >= 0 && step * kSuperK + 32 * run < k;
+        cp_async<4>(x_words + x_quad_unit(g, 4 * run + w / 4, (w % 4) / 2) * 4 + place, src + 32 * run, valid);
+      }
     }
   }
-  uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4;
-  constexpr int kXPasses = kGemmXRows / kRowsPerPass;
-  const int q = tid % kSuperPieces;
-  const bool in_k = step * kSuperK + 8 * q < k;
-  int x_row[kXPasses];
+
+  __device__ __forceinline__ void all_parts() {
 #pragma unroll
-  for (int i = 0; i < kXPasses; ++i) x_row[i] = x_rows_of[tid / kSuperPieces + kRowsPerPass * i];
-  const T* x = static_cast<const T*>(a.x) + step * kSuperK + 8 * q;
-#pragma unroll
-  for (int i = 0; i < kXPasses; ++i) {
-    const int r = tid / kSuperPieces + kRowsPerPass * i;
-    if (r >= x_rows) break;  // rows of tiles past the chunk's: never multiplied into a stored sum
-    const bool valid = x_row[i] >= 0 && in_k;
-    cp_async<16>(x_stage + r * kSuperPieces + gemm_piece(q, r), valid ? x + x_row[i] * a.ld_x : a.x, valid);
+    for (int p = 0; p < kGemmCopyParts; ++p) part(p);
   }
-  return scale_word;
-}
 
-template <bool kMxfp4>
-__device__ __forceinline__ void store_scale_word(uint4* stage, uint32_t word) {
-  if constexpr (kMxfp4) {
-    if (threadIdx.x < kGemmWeightRows)
-      reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces)[threadIdx.x] = word;
+  // After the stage's last reader is done (the step before), before the barrier that publishes it.
+  __device__ __forceinline__ void store_scales() const {
+    if constexpr (kMxfp4) {
+      if (active && threadIdx.x < kGemmWeightRows)
+        reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces)[threadIdx.x] = scale_word;
+    }
   }
-}
+};
 
+// A warp's sums: weight rows (group j of its 4, half h: the group's rows 0..7 or 8..15, the mma's N)
+// times its 16-pair groups m (the mma's M): c[j][h][m] = {(pair g, row 2t), (pair g, row 2t + 1),
+// (pair g + 8, row 2t), (pair g + 8, row 2t + 1)} of lane (g, t).
+using GemmSums = float[kGemmGroupsPerWarp][2][kGemmMGroupsPerWarp][4];
 
-// The warp's first kTiles tiles (4 or 8: a branch inside the unrolled loop made the compiler move
-// every accumulator through the same registers around each mma); tiles past the chunk's multiply
-// whatever their rows hold, into sums that are never stored.
-template <typename T, bool kMxfp4, int kTiles>
-__device__ __forceinline__ void multiply_gemm_stage(float (&c)[kGemmGroupsPerWarp][kGemmTilesPerWarp][4],
-                                                    const uint4* stage, int warp_n, int warp_m, int g, int t) {
-  const uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4;
+// The warp's first kMGroups 16-pair groups (2 or 4: a branch inside the unrolled loop made the compiler
+// move every accumulator through the same registers around each mma); groups past the chunk's multiply
+// whatever their rows hold, into sums that are never stored. x is A (its quads read whole from shared
+// memory, x_quad_unit) and the weights B (a 16-byte piece of a row is the B registers of two mma), so no
+// operand is assembled in registers: with the weights as A, each mma's quad took ~4 register moves.
+// Part u of the next stage's copies is issued after piece u's operands are read.
+template <typename T, bool kMxfp4, int kMGroups>
+__device__ __forceinline__ void multiply_gemm_stage(GemmSums& c, const uint4* stage, int warp_n, int warp_m, int g,
+                                                    int t, GemmStageCopier<T, kMxfp4>& copier) {
+  const uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4 +
+                         warp_m * kGemmMGroupsPerWarp * kXQuadUnitsPerGroup;
   const int swap = (g & 1) << 2;
   uint32_t scale[kGemmGroupsPerWarp][2];  // MXFP4: the lane's scale of rows g, g + 8 of each group
   bool fast = true;
@@ -841,48 +887,118 @@ __device__ __forceinline__ void multiply_gemm_stage(float (&c)[kGemmGroupsPerWar
       }
     fast = __all_sync(kFullMask, fast);
   }
+  static_assert(kGemmCopyParts == 4, "a part a piece");
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    const int p = (u * 4 + t) ^ swap;
-    if constexpr (kMxfp4) {
-      // The tiles' x first, then one row group's weights converted at a time: 8 registers of
-      // converted weights live instead of 32 (the 8-tile form spilled).
-      uint4 xv[kTiles];
+    uint4 xq[kMGroups][2];
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-        xv[i] = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
+    for (int m = 0; m < kMGroups; ++m)
 #pragma unroll
-      for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
-        // Word u of the lane's nibbles in rows g and g + 8 (read here, not held: 32 registers over the step).
-        const uint32_t* nibbles = reinterpret_cast<const uint32_t*>(stage);
-        const int r = warp_n * 64 + j * 16 + g;
-        const uint32_t word_lo = nibbles[(r * 4 + nibble_piece(t, r)) * 4 + u];
-        const uint32_t word_hi = nibbles[((r + 8) * 4 + nibble_piece(t, r + 8)) * 4 + u];
-        const uint4 lo = fast ? mxfp4_piece_fast(word_lo, scale[j][0]) : mxfp4_piece(word_lo, scale[j][0]);
-        const uint4 hi = fast ? mxfp4_piece_fast(word_hi, scale[j][1]) : mxfp4_piece(word_hi, scale[j][1]);
+      for (int h = 0; h < 2; ++h) xq[m][h] = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, h)];
+    // The piece's weights: 16 bytes of a row (dense) or its word of nibbles (MXFP4), rows of group j, half h.
+    uint4 w[kGemmGroupsPerWarp][2];
+    uint32_t nibbles[kGemmGroupsPerWarp][2];
 #pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-          mma_16816_rows16<T>(c[j][i], lo.x, hi.x, lo.y, hi.y, xv[i].x, xv[i].y);
-          mma_16816_rows16<T>(c[j][i], lo.z, hi.z, lo.w, hi.w, xv[i].z, xv[i].w);
+    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp_n * 64 + j * 16 + h * 8 + g;
+        if constexpr (kMxfp4)
+          nibbles[j][h] = reinterpret_cast<const uint32_t*>(stage)[(r * 4 + nibble_piece(t, r)) * 4 + u];
+        else
+          w[j][h] = stage[r * kSuperPieces + ((u * 4 + t) ^ swap)];
+      }
+    copier.part(u);
+#pragma unroll
+    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kMxfp4)
+          w[j][h] = fast ? mxfp4_piece_fast(nibbles[j][h], scale[j][h]) : mxfp4_piece(nibbles[j][h], scale[j][h]);
+#pragma unroll
+        for (int m = 0; m < kMGroups; ++m) {
+          mma_16816_rows16<T>(c[j][h][m], xq[m][0].x, xq[m][0].y, xq[m][0].z, xq[m][0].w, w[j][h].x, w[j][h].y);
+          mma_16816_rows16<T>(c[j][h][m], xq[m][1].x, xq[m][1].y, xq[m][1].z, xq[m][1].w, w[j][h].z, w[j][h].w);
         }
       }
+  }
+}
+
+// The epilogue's sums in shared memory (over the stages, which are free by then): [pair slot][block
+// row], f32, rows padded to a stride of 8 mod 32 words so that a warp's 64-bit writes (slots g, rows 2t)
+// take the two wavefronts their 256 bytes need.
+constexpr int kGemmSumStride = kGemmWeightRows + 8;
+static_assert(kGemmXRows * kGemmSumStride * 4 <= GemmStage<true>::kPieces * 16 * kGemmStages<true>, "sums fit");
+
+__device__ __forceinline__ void write_gemm_sums(float* sums, const GemmSums& c, int warp_n, int warp_m, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int m = 0; m < kGemmMGroupsPerWarp; ++m) {
+        const int slot = (warp_m * kGemmMGroupsPerWarp + m) * 16 + g, row = warp_n * 64 + j * 16 + h * 8 + 2 * t;
+        *reinterpret_cast<float2*>(sums + slot * kGemmSumStride + row) = make_float2(c[j][h][m][0], c[j][h][m][1]);
+        *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) = make_float2(c[j][h][m][2], c[j][h][m][3]);
+      }
+}
+
+// The item's outputs from the sums, 8 columns of one pair a thread at a time (one 16-byte store when
+// aligned): each sum rounded, its bias added (rounded), then stored, or act(gate) * up with the gate
+// in block row 16 G + i and its up in 16 G + 8 + i (gemv_weight_rows' groups). The same arithmetic
+// as store_row_pair, element for element.
+__device__ __forceinline__ uint16_t bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint16_t bits_of(__half v) { return __half_as_ushort(v); }
+
+template <typename T>
+__device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const int* chunk_pairs, int expert,
+                                int row_block) {
+  const int units = a.fuse_act ? kGemmGroups : 2 * kGemmGroups;  // 8-column units a pair
+  const int tid = static_cast<int>(threadIdx.x), unit = tid % units;
+  const int group = unit / (a.fuse_act ? 1 : 2), half = a.fuse_act ? 0 : unit % 2;
+  const int64_t n_out = a.fuse_act ? a.n / 2 : a.n;
+  const int64_t col0 = (static_cast<int64_t>(row_block) * kGemmGroups + group) * (a.fuse_act ? 8 : 16) + 8 * half;
+  if (col0 >= n_out) return;
+  const int cols = static_cast<int>(n_out - col0 < 8 ? n_out - col0 : 8);
+  const int row0 = group * 16 + 8 * half;  // the gate (or the output) rows; the up rows 8 on
+  const T* bias = static_cast<const T*>(a.bias);
+  float b[8], b_up[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    b[i] = b_up[i] = 0.0f;
+    if (bias != nullptr && i < cols) {
+      b[i] = to_f32(__ldg(bias + expert * a.n + col0 + i));
+      if (a.fuse_act) b_up[i] = to_f32(__ldg(bias + expert * a.n + n_out + col0 + i));
+    }
+  }
+  const bool vector = cols == 8 && a.ld_out % 8 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  for (int slot = tid / units; slot < kGemmXRows; slot += kGemmWarps * 32 / units) {
+    const int pair = chunk_pairs[slot];
+    if (pair < 0) continue;
+    const float* s = sums + slot * kGemmSumStride + row0;
+    T y[8];  // 8 outputs, then (aligned) one 16-byte store of their bits
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float v = round_to<T>(s[i]);
+      if (bias != nullptr) v = round_to<T>(__fadd_rn(v, b[i]));
+      if (a.fuse_act) {
+        float up = round_to<T>(s[8 + i]);
+        if (bias != nullptr) up = round_to<T>(__fadd_rn(up, b_up[i]));
+        y[i] = apply_act<T>(a.act, v, up);
+      } else {
+        y[i] = from_f32<T>(v);
+      }
+    }
+    T* out = static_cast<T*>(a.out) + static_cast<int64_t>(pair) * a.ld_out + col0;
+    if (vector) {
+      uint32_t words[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) words[i] = uint32_t{bits_of(y[2 * i])} | uint32_t{bits_of(y[2 * i + 1])} << 16;
+      *reinterpret_cast<uint4*>(out) = make_uint4(words[0], words[1], words[2], words[3]);
     } else {
-      uint4 lo[kGemmGroupsPerWarp], hi[kGemmGroupsPerWarp];
 #pragma unroll
-      for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
-        const int r = warp_n * 64 + j * 16 + g;
-        lo[j] = stage[r * kSuperPieces + p];
-        hi[j] = stage[(r + 8) * kSuperPieces + p];
-      }
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        const uint4 xv = x_stage[((warp_m * kGemmTilesPerWarp + i) * kTileRows + g) * kSuperPieces + p];
-#pragma unroll
-        for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
-          mma_16816_rows16<T>(c[j][i], lo[j].x, hi[j].x, lo[j].y, hi[j].y, xv.x, xv.y);
-          mma_16816_rows16<T>(c[j][i], lo[j].z, hi[j].z, lo[j].w, hi[j].w, xv.z, xv.w);
-        }
-      }
+      for (int i = 0; i < 8; ++i)
+        if (i < cols) out[i] = y[i];
     }
   }
 }
@@ -908,7 +1024,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     const int expert = chunk_expert(schedule, a.num_experts, chunk);
     const int first_tile = schedule.first[expert] + (chunk - schedule.chunk_start[expert]) * kGemmTiles;
     const int tiles = min(kGemmTiles, schedule.end[expert] - first_tile);
-    __syncthreads();  // the last item's epilogue has read chunk_pairs
+    __syncthreads();  // the last item's epilogue has read chunk_pairs and the sums
     // The item's rows: weight row r of the block is row lo (r % 16 < 8) or hi of group r / 16.
     {
       const int r = tid % kGemmWeightRows;
@@ -927,51 +1043,42 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     const int warp_tiles = min(kGemmTilesPerWarp, max(0, tiles - warp_m * kGemmTilesPerWarp));
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < steps) {
-        const uint32_t scale_word =
-            issue_gemm_stage<T, kMxfp4>(smem + s * kStagePieces, a, w_rows, x_rows_of, x_rows, s);
-        store_scale_word<kMxfp4>(smem + s * kStagePieces, scale_word);
-      }
+      GemmStageCopier<T, kMxfp4> copier{a, smem + s * kStagePieces, w_rows, x_rows_of, x_rows, s, s < steps};
+      copier.all_parts();
+      copier.store_scales();
       cp_async_commit();
     }
-    float c[kGemmGroupsPerWarp][kGemmTilesPerWarp][4];
+    GemmSums c;
 #pragma unroll
     for (int j = 0; j < kGemmGroupsPerWarp; ++j)
 #pragma unroll
-      for (int i = 0; i < kGemmTilesPerWarp; ++i) c[j][i][0] = c[j][i][1] = c[j][i][2] = c[j][i][3] = 0.0f;
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int m = 0; m < kGemmMGroupsPerWarp; ++m) c[j][h][m][0] = c[j][h][m][1] = c[j][h][m][2] = c[j][h][m][3] = 0.0f;
     for (int s = 0; s < steps; ++s) {
-      const int ahead = s + kStages - 1;
-      uint32_t scale_ahead = 0;
-      if (ahead < steps)
-        scale_ahead = issue_gemm_stage<T, kMxfp4>(smem + (ahead % kStages) * kStagePieces, a, w_rows, x_rows_of,
-                                                  x_rows, ahead);
-      cp_async_commit();
-      cp_async_wait<kStages - 1>();
+      // Stage s has landed (this thread's copies, then everyone's), and every warp is done with stage
+      // s - 1, which the copies of step s + kStages - 1 now fill while stage s is multiplied.
+      cp_async_wait<kStages - 2>();
       __syncthreads();
+      const int ahead = s + kStages - 1;
+      GemmStageCopier<T, kMxfp4> copier{a, smem + (ahead % kStages) * kStagePieces, w_rows, x_rows_of, x_rows,
+                                        ahead, ahead < steps};
       const uint4* stage = smem + (s % kStages) * kStagePieces;
       if (warp_tiles > kGemmTilesPerWarp / 2)  // warp-uniform
-        multiply_gemm_stage<T, kMxfp4, kGemmTilesPerWarp>(c, stage, warp_n, warp_m, g, t);
+        multiply_gemm_stage<T, kMxfp4, kGemmMGroupsPerWarp>(c, stage, warp_n, warp_m, g, t, copier);
       else if (warp_tiles > 0)
-        multiply_gemm_stage<T, kMxfp4, kGemmTilesPerWarp / 2>(c, stage, warp_n, warp_m, g, t);
-      // The stage read next was fully read one step ago; its scales go in before the barrier.
-      if (ahead < steps) store_scale_word<kMxfp4>(smem + (ahead % kStages) * kStagePieces, scale_ahead);
-      __syncthreads();
+        multiply_gemm_stage<T, kMxfp4, kGemmMGroupsPerWarp / 2>(c, stage, warp_n, warp_m, g, t, copier);
+      else
+        copier.all_parts();
+      copier.store_scales();
+      cp_async_commit();
     }
-    // The pairs from shared memory and the bias once a row group: the stores may alias global memory,
-    // so loads among them would each wait for the ones before.
-#pragma unroll
-    for (int j = 0; j < kGemmGroupsPerWarp; ++j) {
-      const GemvRows rows =
-          gemv_weight_rows(a, static_cast<int64_t>(row_block) * kGemmGroups + warp_n * kGemmGroupsPerWarp + j, g);
-      const RowBias bias = row_bias<T>(a, expert, rows);
-#pragma unroll
-      for (int i = 0; i < kGemmTilesPerWarp; ++i) {
-        const int tile = warp_m * kGemmTilesPerWarp + i;
-        if (tile >= tiles) break;
-        const int pairs[2] = {chunk_pairs[tile * kTileRows + 2 * t], chunk_pairs[tile * kTileRows + 2 * t + 1]};
-        store_row_pair<T>(a, rows, bias, pairs, c[j][i]);
-      }
-    }
+    cp_async_wait<0>();  // no copy in flight into the stages the sums take (steps past K issue none)
+    __syncthreads();     // every warp is done with the last stage
+    float* sums = reinterpret_cast<float*>(smem);
+    write_gemm_sums(sums, c, warp_n, warp_m, g, t);
+    __syncthreads();
+    store_gemm_sums<T>(a, sums, chunk_pairs, expert, row_block);
   }
 }
 
