@@ -652,22 +652,30 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 // block never holds two experts' weights); a row block is kGemmGroups of the decode kernel's 16-row
 // groups (gemv_weight_rows: the same rows, so with the activation fused each group holds 8 gate rows
 // and their 8 up rows). For each super-step the block stages the row block's weights and the chunk's
-// x rows in shared memory with cp.async, kGemmStages deep, and its warps (kGemmWarpsN over the rows x
-// kGemmWarpsM over the tiles) each multiply 64 weight rows (four 16-row groups, eight 8-row halves:
-// the mma's B) by 8 tiles (four 16-pair groups: the mma's A): 128 sums a lane; each 16-byte piece of
-// weights read from shared memory (or converted from MXFP4 there) feeds 8 mma and each quad of x 8.
+// x rows in shared memory with cp.async, kGemmStages deep, and its warps (GemmWarpLayout) each multiply
+// 16-row weight groups (each two 8-row halves: the mma's B) by 16-pair groups (the mma's A): 128 sums a
+// lane. Dense weights: a warp 4 row groups x 4 pair groups, so each 16-byte piece of weights read from
+// shared memory feeds 8 mma and each quad of x 8. MXFP4: 2 row groups x all 8 pair groups, so each word
+// of nibbles converted feeds 16 mma (the conversion's ~24 instructions a word were 3 an mma at 8) and no
+// two warps convert the same word.
 // Each product is the decode kernel's: the same pieces meet in the same mma, in the same order, with
 // the roles of A and B swapped (as between the two kernels before: the tensor core's sum of a row and
 // column does not depend on which operand holds which).
-constexpr int kGemmWarpsN = 4, kGemmWarpsM = 2;
-constexpr int kGemmWarps = kGemmWarpsN * kGemmWarpsM;
-constexpr int kGemmGroupsPerWarp = 4;                          // 16-row weight groups a warp
-constexpr int kGemmTilesPerWarp = 8;                           // tiles of 8 pairs a warp
-constexpr int kGemmMGroupsPerWarp = kGemmTilesPerWarp / 2;     // 16-pair groups (the mma's M) a warp
-constexpr int kGemmGroups = kGemmWarpsN * kGemmGroupsPerWarp;  // a row block: 256 weight rows
-constexpr int kGemmTiles = kGemmWarpsM * kGemmTilesPerWarp;    // a chunk: 128 pairs
+constexpr int kGemmWarps = 8;
+constexpr int kGemmGroups = 16;                         // a row block: 16 groups of 16 weight rows
+constexpr int kGemmTiles = 16;                          // a chunk: 16 tiles of 8 pairs
+constexpr int kGemmMGroups = kGemmTiles * kTileRows / 16;  // the chunk's 16-pair groups (the mma's M)
 constexpr int kGemmWeightRows = kGemmGroups * 16;
 constexpr int kGemmXRows = kGemmTiles * kTileRows;
+template <bool kMxfp4>
+struct GemmWarpLayout {
+  static constexpr int kWarpsN = kMxfp4 ? 8 : 4;                 // warps over the row groups
+  static constexpr int kWarpsM = kGemmWarps / kWarpsN;           // warps over the pair groups
+  static constexpr int kGroups = kGemmGroups / kWarpsN;          // row groups a warp: 2 / 4
+  static constexpr int kMGroups = kGemmMGroups / kWarpsM;        // pair groups a warp: 8 / 4
+  static constexpr int kRows = kGroups * 16;                     // weight rows a warp
+  using Sums = float[kGroups][2][kMGroups][4];
+};
 static_assert(kGemmXRows / 16 == kGemmWarps, "a warp stages one 16-pair group of x");
 // Shared memory the launcher leaves to the kernel's static arrays (the item's rows and pairs, the
 // schedule's scan: 2,080 bytes).
@@ -857,32 +865,33 @@ struct GemmStageCopier {
   }
 };
 
-// A warp's sums: weight rows (group j of its 4, half h: the group's rows 0..7 or 8..15, the mma's N)
-// times its 16-pair groups m (the mma's M): c[j][h][m] = {(pair g, row 2t), (pair g, row 2t + 1),
-// (pair g + 8, row 2t), (pair g + 8, row 2t + 1)} of lane (g, t).
-using GemmSums = float[kGemmGroupsPerWarp][2][kGemmMGroupsPerWarp][4];
+// A warp's sums (GemmWarpLayout::Sums): weight rows (row group j, half h: the group's rows 0..7 or
+// 8..15, the mma's N) times its 16-pair groups m (the mma's M): c[j][h][m] = {(pair g, row 2t),
+// (pair g, row 2t + 1), (pair g + 8, row 2t), (pair g + 8, row 2t + 1)} of lane (g, t).
 
-// The warp's first kMGroups 16-pair groups (2 or 4: a branch inside the unrolled loop made the compiler
+// The warp's first kM 16-pair groups (all, or half: a branch inside the unrolled loop made the compiler
 // move every accumulator through the same registers around each mma); groups past the chunk's multiply
 // whatever their rows hold, into sums that are never stored. x is A (its quads read whole from shared
 // memory, x_quad_unit) and the weights B (a 16-byte piece of a row is the B registers of two mma), so no
 // operand is assembled in registers: with the weights as A, each mma's quad took ~4 register moves.
-// Part u of the next stage's copies is issued after piece u's operands are read.
-template <typename T, bool kMxfp4, int kMGroups>
-__device__ __forceinline__ void multiply_gemm_stage(GemmSums& c, const uint4* stage, int warp_n, int warp_m, int g,
-                                                    int t, GemmStageCopier<T, kMxfp4>& copier) {
+// Part u of the next stage's copies is issued after piece u's weights are read.
+template <typename T, bool kMxfp4, int kM>
+__device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxfp4>::Sums& c, const uint4* stage,
+                                                    int warp_n, int warp_m, int g, int t,
+                                                    GemmStageCopier<T, kMxfp4>& copier) {
+  using L = GemmWarpLayout<kMxfp4>;
   const uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4 +
-                         warp_m * kGemmMGroupsPerWarp * kXQuadUnitsPerGroup;
+                         warp_m * L::kMGroups * kXQuadUnitsPerGroup;
   const int swap = (g & 1) << 2;
-  uint32_t scale[kGemmGroupsPerWarp][2];  // MXFP4: the lane's scale of rows g, g + 8 of each group
+  uint32_t scale[L::kGroups][2];  // MXFP4: the lane's scale of rows g, g + 8 of each group
   bool fast = true;
   if constexpr (kMxfp4) {
     const uint32_t* scales = reinterpret_cast<const uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces);
 #pragma unroll
-    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+    for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        scale[j][h] = scales[warp_n * 64 + j * 16 + h * 8 + g] >> (8 * t) & 0xffu;
+        scale[j][h] = scales[warp_n * L::kRows + j * 16 + h * 8 + g] >> (8 * t) & 0xffu;
         fast = fast && scale[j][h] >= 16u && scale[j][h] <= 129u;
       }
     fast = __all_sync(kFullMask, fast);
@@ -890,37 +899,58 @@ __device__ __forceinline__ void multiply_gemm_stage(GemmSums& c, const uint4* st
   static_assert(kGemmCopyParts == 4, "a part a piece");
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    uint4 xq[kMGroups][2];
+    if constexpr (kMxfp4) {
+      // The piece's words of nibbles, converted once; then x a pair group at a time.
+      uint32_t nibbles[L::kGroups][2];
 #pragma unroll
-    for (int m = 0; m < kMGroups; ++m)
+      for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) xq[m][h] = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, h)];
-    // The piece's weights: 16 bytes of a row (dense) or its word of nibbles (MXFP4), rows of group j, half h.
-    uint4 w[kGemmGroupsPerWarp][2];
-    uint32_t nibbles[kGemmGroupsPerWarp][2];
-#pragma unroll
-    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp_n * 64 + j * 16 + h * 8 + g;
-        if constexpr (kMxfp4)
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_n * L::kRows + j * 16 + h * 8 + g;
           nibbles[j][h] = reinterpret_cast<const uint32_t*>(stage)[(r * 4 + nibble_piece(t, r)) * 4 + u];
-        else
-          w[j][h] = stage[r * kSuperPieces + ((u * 4 + t) ^ swap)];
-      }
-    copier.part(u);
+        }
+      copier.part(u);
+      uint4 w[L::kGroups][2];
 #pragma unroll
-    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+      for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if constexpr (kMxfp4)
+        for (int h = 0; h < 2; ++h)
           w[j][h] = fast ? mxfp4_piece_fast(nibbles[j][h], scale[j][h]) : mxfp4_piece(nibbles[j][h], scale[j][h]);
 #pragma unroll
-        for (int m = 0; m < kMGroups; ++m) {
-          mma_16816_rows16<T>(c[j][h][m], xq[m][0].x, xq[m][0].y, xq[m][0].z, xq[m][0].w, w[j][h].x, w[j][h].y);
-          mma_16816_rows16<T>(c[j][h][m], xq[m][1].x, xq[m][1].y, xq[m][1].z, xq[m][1].w, w[j][h].z, w[j][h].w);
-        }
+      for (int m = 0; m < kM; ++m) {
+        const uint4 xq0 = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, 0)];
+        const uint4 xq1 = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, 1)];
+#pragma unroll
+        for (int j = 0; j < L::kGroups; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            mma_16816_rows16<T>(c[j][h][m], xq0.x, xq0.y, xq0.z, xq0.w, w[j][h].x, w[j][h].y);
+            mma_16816_rows16<T>(c[j][h][m], xq1.x, xq1.y, xq1.z, xq1.w, w[j][h].z, w[j][h].w);
+          }
       }
+    } else {
+      // The pair groups' quads first, then the weights' pieces a row half at a time.
+      uint4 xq[kM][2];
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) xq[m][h] = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, h)];
+      uint4 w[L::kGroups][2];
+#pragma unroll
+      for (int j = 0; j < L::kGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) w[j][h] = stage[(warp_n * L::kRows + j * 16 + h * 8 + g) * kSuperPieces + ((u * 4 + t) ^ swap)];
+      copier.part(u);
+#pragma unroll
+      for (int j = 0; j < L::kGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int m = 0; m < kM; ++m) {
+            mma_16816_rows16<T>(c[j][h][m], xq[m][0].x, xq[m][0].y, xq[m][0].z, xq[m][0].w, w[j][h].x, w[j][h].y);
+            mma_16816_rows16<T>(c[j][h][m], xq[m][1].x, xq[m][1].y, xq[m][1].z, xq[m][1].w, w[j][h].z, w[j][h].w);
+          }
+    }
   }
 }
 
@@ -930,14 +960,17 @@ __device__ __forceinline__ void multiply_gemm_stage(GemmSums& c, const uint4* st
 constexpr int kGemmSumStride = kGemmWeightRows + 8;
 static_assert(kGemmXRows * kGemmSumStride * 4 <= GemmStage<true>::kPieces * 16 * kGemmStages<true>, "sums fit");
 
-__device__ __forceinline__ void write_gemm_sums(float* sums, const GemmSums& c, int warp_n, int warp_m, int g, int t) {
+template <bool kMxfp4>
+__device__ __forceinline__ void write_gemm_sums(float* sums, const typename GemmWarpLayout<kMxfp4>::Sums& c,
+                                                int warp_n, int warp_m, int g, int t) {
+  using L = GemmWarpLayout<kMxfp4>;
 #pragma unroll
-  for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+  for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int m = 0; m < kGemmMGroupsPerWarp; ++m) {
-        const int slot = (warp_m * kGemmMGroupsPerWarp + m) * 16 + g, row = warp_n * 64 + j * 16 + h * 8 + 2 * t;
+      for (int m = 0; m < L::kMGroups; ++m) {
+        const int slot = (warp_m * L::kMGroups + m) * 16 + g, row = warp_n * L::kRows + j * 16 + h * 8 + 2 * t;
         *reinterpret_cast<float2*>(sums + slot * kGemmSumStride + row) = make_float2(c[j][h][m][0], c[j][h][m][1]);
         *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) = make_float2(c[j][h][m][2], c[j][h][m][3]);
       }
@@ -1016,7 +1049,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
   __shared__ int chunk_pairs[kGemmXRows];
   const int chunks = build_gemm_schedule(a, schedule);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int warp_n = warp % kGemmWarpsN, warp_m = warp / kGemmWarpsN;
+  using L = GemmWarpLayout<kMxfp4>;
+  const int warp_n = warp % L::kWarpsN, warp_m = warp / L::kWarpsN;
   const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
   const int items = chunks * row_blocks;
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
@@ -1040,7 +1074,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     }
     __syncthreads();
     const int x_rows = tiles * kTileRows;
-    const int warp_tiles = min(kGemmTilesPerWarp, max(0, tiles - warp_m * kGemmTilesPerWarp));
+    const int warp_groups = min(L::kMGroups, max(0, (tiles + 1) / 2 - warp_m * L::kMGroups));  // holding a pair
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       GemmStageCopier<T, kMxfp4> copier{a, smem + s * kStagePieces, w_rows, x_rows_of, x_rows, s, s < steps};
@@ -1048,13 +1082,13 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       copier.store_scales();
       cp_async_commit();
     }
-    GemmSums c;
+    typename L::Sums c;
 #pragma unroll
-    for (int j = 0; j < kGemmGroupsPerWarp; ++j)
+    for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int m = 0; m < kGemmMGroupsPerWarp; ++m) c[j][h][m][0] = c[j][h][m][1] = c[j][h][m][2] = c[j][h][m][3] = 0.0f;
+        for (int m = 0; m < L::kMGroups; ++m) c[j][h][m][0] = c[j][h][m][1] = c[j][h][m][2] = c[j][h][m][3] = 0.0f;
     for (int s = 0; s < steps; ++s) {
       // Stage s has landed (this thread's copies, then everyone's), and every warp is done with stage
       // s - 1, which the copies of step s + kStages - 1 now fill while stage s is multiplied.
@@ -1064,10 +1098,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       GemmStageCopier<T, kMxfp4> copier{a, smem + (ahead % kStages) * kStagePieces, w_rows, x_rows_of, x_rows,
                                         ahead, ahead < steps};
       const uint4* stage = smem + (s % kStages) * kStagePieces;
-      if (warp_tiles > kGemmTilesPerWarp / 2)  // warp-uniform
-        multiply_gemm_stage<T, kMxfp4, kGemmMGroupsPerWarp>(c, stage, warp_n, warp_m, g, t, copier);
-      else if (warp_tiles > 0)
-        multiply_gemm_stage<T, kMxfp4, kGemmMGroupsPerWarp / 2>(c, stage, warp_n, warp_m, g, t, copier);
+      if (warp_groups > L::kMGroups / 2)  // warp-uniform
+        multiply_gemm_stage<T, kMxfp4, L::kMGroups>(c, stage, warp_n, warp_m, g, t, copier);
+      else if (warp_groups > 0)
+        multiply_gemm_stage<T, kMxfp4, L::kMGroups / 2>(c, stage, warp_n, warp_m, g, t, copier);
       else
         copier.all_parts();
       copier.store_scales();
@@ -1076,7 +1110,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     cp_async_wait<0>();  // no copy in flight into the stages the sums take (steps past K issue none)
     __syncthreads();     // every warp is done with the last stage
     float* sums = reinterpret_cast<float*>(smem);
-    write_gemm_sums(sums, c, warp_n, warp_m, g, t);
+    write_gemm_sums<kMxfp4>(sums, c, warp_n, warp_m, g, t);
     __syncthreads();
     store_gemm_sums<T>(a, sums, chunk_pairs, expert, row_block);
   }
