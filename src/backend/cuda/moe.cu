@@ -677,9 +677,9 @@ struct GemmWarpLayout {
   using Sums = float[kGroups][2][kMGroups][4];
 };
 static_assert(kGemmXRows / 16 == kGemmWarps, "a warp stages one 16-pair group of x");
-// Shared memory the launcher leaves to the kernel's static arrays (the item's rows and pairs, the
-// schedule's scan: 2,080 bytes).
-constexpr int64_t kGemmStaticSmemRoom = 4096;
+// Shared memory the launcher leaves to the kernel's static arrays (the item's rows, row addresses and
+// pairs, the schedule's scan: 4,640 bytes).
+constexpr int64_t kGemmStaticSmemRoom = 8192;
 
 // One stage (one super-step) in shared memory, in 16-byte pieces: the weight rows (dense: 16 pieces a
 // row; MXFP4: 4 pieces of nibbles a row, then a word of the row's 4 scales), then the x rows as the
@@ -768,65 +768,71 @@ __device__ __forceinline__ int chunk_expert(const GemmSchedule& s, int num_exper
 
 // The copies of one super-step of the item into its stage, issued in kGemmCopyParts parts between the
 // parts of the previous super-step's multiplication (all at once, the warps stalled on the load/store
-// queue while the tensor cores idled: ncu put 40% of the stall samples there). Weight rows (w_rows:
-// row index in the stacked [E * n] rows, -1 = none): thread tid copies piece tid % 16 of rows
-// tid / 16 + 16 i (dense), or nibble piece tid % 4 of rows tid / 4 + 64 i (MXFP4). x (x_rows_of: row
-// of x, -1 = none): warp w copies 16-pair group w word by word into its quads (x_quad_unit), a copy
-// being rows g and g + 8 of the group, 16 words (64 bytes) of each: two 64-byte runs read, one
-// 128-byte run written. k past K reads zeros. Each part reads its row indices before its copies (a
-// cp.async is a compiler barrier for shared loads: interleaved, they waited one by one). MXFP4 scales
-// are not cp.async-able (a row's 4 bytes need not be 4-byte aligned): part 0 loads this thread's row's
-// 4 scales into scale_word, which the caller stores once the stage's multiplication is done.
+// queue while the tensor cores idled: ncu put 40% of the stall samples there). The item's row
+// addresses come from tables the prologue fills (GemmRowSource), so a copy is a shared load, an add
+// and the cp.async. Weights: thread tid copies piece tid % 16 of rows tid / 16 + 16 i (dense), or
+// nibble piece tid % 4 of rows tid / 4 + 64 i (MXFP4). x: warp w copies 16-pair group w word by word
+// into its quads (x_quad_unit), a copy being rows g and g + 8 of the group, 16 words (64 bytes) of
+// each: two 64-byte runs read, one 128-byte run written. k past K, and rows without weights or pairs,
+// read zeros. Each part reads its table entries before its copies (a cp.async is a compiler barrier
+// for shared loads: interleaved, they waited one by one). MXFP4 scales are not cp.async-able (a row's
+// 4 bytes need not be 4-byte aligned): part 0 loads this thread's row's 4 scales, which the caller
+// stores once the stage's multiplication is done (store_scales; assembled there, so the loads' latency
+// is the multiplication's, not a stall inside it).
 constexpr int kGemmCopyParts = 4;
+
+// A row's address at k = 0 with bit 0 set when the row exists (row addresses are 16-byte aligned);
+// rows that do not exist hold the tensor's base address (read with a source size of 0).
+__device__ __forceinline__ uint64_t row_source(const void* row, bool exists) {
+  return reinterpret_cast<uint64_t>(row) | (exists ? 1u : 0u);
+}
+__device__ __forceinline__ const uint8_t* source_address(uint64_t source, int offset_bytes) {
+  return reinterpret_cast<const uint8_t*>(source & ~uint64_t{1}) + offset_bytes;
+}
+
 template <typename T, bool kMxfp4>
 struct GemmStageCopier {
   static constexpr int kThreads = kGemmWarps * 32;
   static constexpr int kWeightPasses = kGemmWeightRows * (kMxfp4 ? 4 : kSuperPieces) / kThreads;  // 4 / 16
   static constexpr int kWeightPassesPerPart = kWeightPasses / kGemmCopyParts;
   static constexpr int kXRowsPerPart = kTileRows / kGemmCopyParts;
+  static constexpr int kWeightStepBytes = kMxfp4 ? kSuperK / 2 : kSuperK * static_cast<int>(sizeof(T));
   static_assert(kWeightPasses % kGemmCopyParts == 0 && kTileRows % kGemmCopyParts == 0, "whole parts");
 
   const MoeGemmArgs& a;
   uint4* stage;
-  const int* w_rows;
-  const int* x_rows_of;
+  const uint64_t* w_source;  // [kGemmWeightRows] row_source of the block's weight rows
+  const uint64_t* x_source;  // [kGemmXRows] row_source of the chunk's x rows
+  const int* w_rows;         // [kGemmWeightRows] MXFP4 scales: the row in the stacked [E * n] rows, -1 = none
   int x_rows, step;
   bool active;  // the step exists (block-uniform)
-  uint32_t scale_word = 0x7f7f7f7fu;
+  uint32_t scale_bytes[4] = {127u, 127u, 127u, 127u};  // MXFP4: e8m0 1.0 where the row or group is absent
 
   __device__ __forceinline__ void part(int p) {
     if (!active) return;
     const int tid = static_cast<int>(threadIdx.x), k = static_cast<int>(a.k);
-    // Weights. Rows without weights read row 0 with a source size of 0 (zeros): no select of pointers.
     constexpr int kPieces = kMxfp4 ? 4 : kSuperPieces, kRowsPerPass = kThreads / kPieces;
     const int q = tid % kPieces;
     const bool w_in_k = step * kSuperK + (kMxfp4 ? 32 : 8) * q < k;
-    int rows[kWeightPassesPerPart];
+    uint64_t w_src[kWeightPassesPerPart];
 #pragma unroll
     for (int i = 0; i < kWeightPassesPerPart; ++i)
-      rows[i] = w_rows[tid / kPieces + kRowsPerPass * (p * kWeightPassesPerPart + i)];
+      w_src[i] = w_source[tid / kPieces + kRowsPerPass * (p * kWeightPassesPerPart + i)];
     if (kMxfp4 && p == 0) {
       const int row = w_rows[tid % kGemmWeightRows], groups = k / 32;
       if (row >= 0) {
         const uint8_t* s = a.scales + static_cast<int64_t>(row) * groups + step * 4;
 #pragma unroll
         for (int t = 0; t < 4; ++t)
-          if (step * 4 + t < groups) scale_word = (scale_word & ~(0xffu << (8 * t))) | uint32_t{__ldg(s + t)} << (8 * t);
+          if (step * 4 + t < groups) scale_bytes[t] = __ldg(s + t);
       }
     }
+    const int w_offset = step * kWeightStepBytes + 16 * q;
 #pragma unroll
     for (int i = 0; i < kWeightPassesPerPart; ++i) {
       const int r = tid / kPieces + kRowsPerPass * (p * kWeightPassesPerPart + i);
-      const bool valid = rows[i] >= 0 && w_in_k;
-      const int row = max(rows[i], 0);
-      if constexpr (kMxfp4) {
-        const uint8_t* src = static_cast<const uint8_t*>(a.weight) + static_cast<int64_t>(row) * (k / 2) +
-                             step * (kSuperK / 2) + 16 * q;
-        cp_async<16>(stage + r * 4 + nibble_piece(q, r), src, valid);
-      } else {
-        const T* src = static_cast<const T*>(a.weight) + static_cast<int64_t>(row) * k + step * kSuperK + 8 * q;
-        cp_async<16>(stage + r * kSuperPieces + gemm_piece(q, r), src, valid);
-      }
+      uint4* dst = kMxfp4 ? stage + r * 4 + nibble_piece(q, r) : stage + r * kSuperPieces + gemm_piece(q, r);
+      cp_async<16>(dst, source_address(w_src[i], w_offset), (w_src[i] & 1) != 0 && w_in_k);
     }
     // x: rows g = p * kXRowsPerPart .. of the warp's group.
     const int m_group = tid / 32, lane = tid % 32;
@@ -836,17 +842,18 @@ struct GemmStageCopier {
                         m_group * (kXQuadUnitsPerGroup * 4);
     const int half = lane / 16, w = lane % 16;  // row g + 8 half; word w of each run of 16
     const int place = (w % 2) * 2 + half;       // the word's register in its quad
-    int x_row[kXRowsPerPart];
+    uint64_t x_src[kXRowsPerPart];
 #pragma unroll
-    for (int i = 0; i < kXRowsPerPart; ++i) x_row[i] = x_rows_of[16 * m_group + 8 * half + p * kXRowsPerPart + i];
+    for (int i = 0; i < kXRowsPerPart; ++i) x_src[i] = x_source[16 * m_group + 8 * half + p * kXRowsPerPart + i];
+    const int x_offset = step * kSuperK * static_cast<int>(sizeof(T)) + 4 * w;
 #pragma unroll
     for (int i = 0; i < kXRowsPerPart; ++i) {
       const int g = p * kXRowsPerPart + i;
-      const T* src = static_cast<const T*>(a.x) + static_cast<int64_t>(max(x_row[i], 0)) * a.ld_x + step * kSuperK + 2 * w;
 #pragma unroll
       for (int run = 0; run < 4; ++run) {  // 32 k each; K % 32 == 0, so a run is all in K or all past it
-        const bool valid = x_row[i] >= 0 && step * kSuperK + 32 * run < k;
-        cp_async<4>(x_words + x_quad_unit(g, 4 * run + w / 4, (w % 4) / 2) * 4 + place, src + 32 * run, valid);
+        const bool valid = (x_src[i] & 1) != 0 && step * kSuperK + 32 * run < k;
+        cp_async<4>(x_words + x_quad_unit(g, 4 * run + w / 4, (w % 4) / 2) * 4 + place,
+                    source_address(x_src[i], x_offset + 64 * run), valid);
       }
     }
   }
@@ -860,7 +867,8 @@ struct GemmStageCopier {
   __device__ __forceinline__ void store_scales() const {
     if constexpr (kMxfp4) {
       if (active && threadIdx.x < kGemmWeightRows)
-        reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces)[threadIdx.x] = scale_word;
+        reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces)[threadIdx.x] =
+            scale_bytes[0] | scale_bytes[1] << 8 | scale_bytes[2] << 16 | scale_bytes[3] << 24;
     }
   }
 };
@@ -1045,7 +1053,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
   int* schedule_ints = reinterpret_cast<int*>(smem + kStages * kStagePieces);
   const GemmSchedule schedule{schedule_ints, schedule_ints + a.num_experts, schedule_ints + 2 * a.num_experts};
   __shared__ int w_rows[kGemmWeightRows];
-  __shared__ int x_rows_of[kGemmXRows];
+  __shared__ uint64_t w_source[kGemmWeightRows];
+  __shared__ uint64_t x_source[kGemmXRows];
   __shared__ int chunk_pairs[kGemmXRows];
   const int chunks = build_gemm_schedule(a, schedule);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -1064,12 +1073,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       const int r = tid % kGemmWeightRows;
       const GemvRows rows = gemv_weight_rows(a, static_cast<int64_t>(row_block) * kGemmGroups + r / 16, r % 8);
       const bool lo = r % 16 < 8, ok = lo ? rows.ok_lo : rows.ok_hi;
-      if (tid < kGemmWeightRows) w_rows[r] = ok ? static_cast<int>(expert * a.n + (lo ? rows.lo : rows.hi)) : -1;
+      const int64_t row = ok ? expert * a.n + (lo ? rows.lo : rows.hi) : 0;
+      const int64_t row_bytes = kMxfp4 ? a.k / 2 : a.k * static_cast<int64_t>(sizeof(T));
+      if (tid < kGemmWeightRows) {
+        w_rows[r] = ok ? static_cast<int>(row) : -1;
+        w_source[r] = row_source(static_cast<const uint8_t*>(a.weight) + row * row_bytes, ok);
+      }
       if (tid < kGemmXRows) {
         const int64_t slot = static_cast<int64_t>(first_tile) * kTileRows + tid;
         const int pair = tid < tiles * kTileRows ? a.tile_pairs[slot] : -1;
         chunk_pairs[tid] = pair;
-        x_rows_of[tid] = pair >= 0 ? pair / static_cast<int>(a.pairs_per_x_row) : -1;
+        const int64_t x_row = pair >= 0 ? pair / a.pairs_per_x_row : 0;
+        x_source[tid] = row_source(static_cast<const T*>(a.x) + x_row * a.ld_x, pair >= 0);
       }
     }
     __syncthreads();
@@ -1077,7 +1092,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     const int warp_groups = min(L::kMGroups, max(0, (tiles + 1) / 2 - warp_m * L::kMGroups));  // holding a pair
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      GemmStageCopier<T, kMxfp4> copier{a, smem + s * kStagePieces, w_rows, x_rows_of, x_rows, s, s < steps};
+      GemmStageCopier<T, kMxfp4> copier{a, smem + s * kStagePieces, w_source, x_source, w_rows, x_rows, s, s < steps};
       copier.all_parts();
       copier.store_scales();
       cp_async_commit();
@@ -1095,8 +1110,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       cp_async_wait<kStages - 2>();
       __syncthreads();
       const int ahead = s + kStages - 1;
-      GemmStageCopier<T, kMxfp4> copier{a, smem + (ahead % kStages) * kStagePieces, w_rows, x_rows_of, x_rows,
-                                        ahead, ahead < steps};
+      GemmStageCopier<T, kMxfp4> copier{
+          a, smem + (ahead % kStages) * kStagePieces, w_source, x_source, w_rows, x_rows, ahead, ahead < steps};
       const uint4* stage = smem + (s % kStages) * kStagePieces;
       if (warp_groups > L::kMGroups / 2)  // warp-uniform
         multiply_gemm_stage<T, kMxfp4, L::kMGroups>(c, stage, warp_n, warp_m, g, t, copier);
