@@ -769,7 +769,7 @@ __device__ __forceinline__ int chunk_expert(const GemmSchedule& s, int num_exper
 // The copies of one super-step of the item into its stage, issued in kGemmCopyParts parts between the
 // parts of the previous super-step's multiplication (all at once, the warps stalled on the load/store
 // queue while the tensor cores idled: ncu put 40% of the stall samples there). The item's row
-// addresses come from tables the prologue fills (GemmRowSource), so a copy is a shared load, an add
+// addresses come from tables the prologue fills (row_source), so a copy is a shared load, an add
 // and the cp.async. Weights: thread tid copies piece tid % 16 of rows tid / 16 + 16 i (dense), or
 // nibble piece tid % 4 of rows tid / 4 + 64 i (MXFP4). x: warp w copies 16-pair group w word by word
 // into its quads (x_quad_unit), a copy being rows g and g + 8 of the group, 16 words (64 bytes) of
