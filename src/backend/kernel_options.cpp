@@ -11,6 +11,15 @@ bool switched(const char* name, std::string_view value) {
   return set != nullptr && value == set;
 }
 
+// A whole number >= 1 in `name`, or 0 (unset, or anything else).
+int64_t positive_number(const char* name) {
+  const char* set = std::getenv(name);
+  if (set == nullptr) return 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(set, &end, 10);
+  return end != set && *end == '\0' && n >= 1 ? static_cast<int64_t>(n) : 0;
+}
+
 }  // namespace
 
 KernelOptions KernelOptions::from_environment() {
@@ -23,11 +32,8 @@ KernelOptions KernelOptions::from_environment() {
   options.prefill_attention = !switched("PAGELLM_CUDA_PREFILL_ATTENTION", "0");
   options.decode_partition_units = switched("PAGELLM_CUDA_DECODE_PARTITION_UNITS", "1");
   options.gdn_chunked = !switched("PAGELLM_CUDA_GDN_CHUNKED", "0");
-  if (const char* min_tokens = std::getenv("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS")) {
-    char* end = nullptr;
-    const long long n = std::strtoll(min_tokens, &end, 10);
-    if (end != min_tokens && *end == '\0' && n >= 1) options.gdn_chunked_min_tokens = static_cast<int64_t>(n);
-  }
+  options.gdn_chunked_min_tokens = positive_number("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS");
+  options.moe_tiled_min_rows = positive_number("PAGELLM_CUDA_MOE_TILED_MIN_ROWS");
   return options;
 }
 

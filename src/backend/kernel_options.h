@@ -20,6 +20,9 @@ struct KernelOptions {
   bool decode_partition_units = false;  // PAGELLM_CUDA_DECODE_PARTITION_UNITS=1: split-KV states per partition
   bool gdn_chunked = true;              // PAGELLM_CUDA_GDN_CHUNKED=0: the delta rule token by token only
   int64_t gdn_chunked_min_tokens = 0;   // PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS=N (>= 1); 0: the kernel's own
+  int64_t moe_tiled_min_rows = 0;       // PAGELLM_CUDA_MOE_TILED_MIN_ROWS=N (>= 1): MoE expert products whose
+                                        // grouped rows (tile capacity x 8) reach N take the tiled kernel, the
+                                        // rest the decode one (the same bits); 0: the kernel's own (above 2,048)
 
   // The defaults with the switches above applied ("0" turns a path off, "1" forces the partitions);
   // a switch set to anything else leaves its default.

@@ -4,7 +4,7 @@
 // grouping and apart), the grouped layout (exact), the grouped expert GEMMs (the tensor-core path for
 // bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the combine, for T = 1, 7, 64,
 // 300 (experts without a token included); bitwise batch invariance of a token's output across the
-// decode kernel and the tiled one; every MXFP4 code under a range of scales converted exactly by both.
+// decode kernel and the tiled one (and the tiled one forced at decode batches); every MXFP4 code under a range of scales converted exactly by both.
 // Skips without a GPU.
 #include <cstring>
 #include <string>
@@ -186,6 +186,23 @@ TEST(CudaMoe, TiledKernelAtModelExpertCountsIsBatchInvariant) {
     const MoeCase big = make_case(s.tokens, s.dtype, s.gpt_oss, 17, 576, 288, s.experts, s.top_k);
     expect_batch_invariant(big, *gpu, fmt::format("experts {} top {} {}", s.experts, s.top_k, dtype_name(s.dtype)));
   }
+}
+
+// KernelOptions::moe_tiled_min_rows = 1 puts every launch on the tiled kernel, decode batches too (a
+// chunk of one or two tiles: pair groups and whole warps without a pair, row blocks of one expert
+// each): the gate_up outputs and the layer's output are the decode kernel's bits, at the released
+// models' expert counts.
+TEST(CudaMoe, TiledKernelAtDecodeBatchesGivesTheDecodeKernelsBits) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  for (const bool gpt_oss : {false, true})
+    for (const int64_t tokens : {1, 7, 64}) {
+      const MoeCase c = make_case(tokens, DType::kBF16, gpt_oss, 23, 576, 288, gpt_oss ? 32 : 128, gpt_oss ? 4 : 8);
+      const MoeRun decode = run_grouped(*gpu, c);
+      const cuda_test::ScopedKernelOptions tiled(*gpu, [](KernelOptions& o) { o.moe_tiled_min_rows = 1; });
+      const MoeRun all_tiled = run_grouped(*gpu, c);
+      EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, gpt_oss " << gpt_oss << " T " << tokens;
+      EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, gpt_oss " << gpt_oss << " T " << tokens;
+    }
 }
 
 // Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact

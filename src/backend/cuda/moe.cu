@@ -1254,7 +1254,8 @@ cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_w
   });
 }
 
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, cudaStream_t stream) {
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, int64_t tiled_min_rows,
+                                   cudaStream_t stream) {
   if (args.num_tiles == 0) return cudaSuccess;
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
   const int64_t columns_per_group = args.fuse_act ? kTileRows / 2 : kTileRows;
@@ -1287,7 +1288,9 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
     auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
                       std::atomic<uint64_t>& gemm_raised) {
-      if (args.num_tiles * kTileRows > kSharedWeightsMinRows) {
+      const bool tiled = tiled_min_rows > 0 ? args.num_tiles * kTileRows >= tiled_min_rows
+                                            : args.num_tiles * kTileRows > kSharedWeightsMinRows;
+      if (tiled) {
         // Raised once to the whole room (the schedule's size depends on E); if the kernel's static arrays
         // outgrew kGemmStaticSmemRoom, cudaFuncSetAttribute refuses it here, before any launch.
         cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, gemm_raised);

@@ -41,8 +41,11 @@ struct MoeGemmArgs {
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
   Activation act = Activation::kSilu;
 };
-// num_sms: the tiled kernel's persistent grid (a block an SM).
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, cudaStream_t stream);
+// num_sms: the tiled kernel's persistent grid (a block an SM). tiled_min_rows: grouped rows (num_tiles x 8)
+// from which the tiled kernel runs instead of the decode one (KernelOptions::moe_tiled_min_rows; 0: the
+// kernel's own threshold). Both give the same bits.
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, int64_t tiled_min_rows,
+                                   cudaStream_t stream);
 // out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32); from
 // +0 instead of out's rows when !accumulate.
 cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
