@@ -12,6 +12,8 @@
 #                             SASS instructions (scripts/ncu_sass.py)
 #   GPU_MOE_TESTS="CudaMoe.*" a test_kernels filter run first ("" = none)
 #   GPU_MOE_GOLDEN="*cuda/*moe*:*cuda/gpt_oss*"  a test_golden filter run next ("" = none)
+#   GPU_MOE_TILED_MIN_ROWS="0 512"  each bench latency batch once per value of PAGELLM_CUDA_MOE_TILED_MIN_ROWS
+#                             (grouped rows from which the tiled expert GEMM runs; 0 = the kernel's own, 2,048)
 #   GPU_MOE_LAYERS=4          make the checkpoints with this many decoder layers (make-model --num-layers):
 #                             minutes less to make and load, per-kernel times unchanged; its TPOTs are
 #                             not the full model's ("" = the preset's layers)
@@ -54,11 +56,13 @@ for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
   note "make-model $preset: rc=$? $(( $(date +%s) - start )) s"
   for batch in ${GPU_MOE_BATCHES-1 64}; do
     input=512
-    [ "$preset" = qwen3-30b-a3b ] && [ "$batch" -gt 16 ] && input=128  # the 32k-token prefill does not fit beside 57 GB
-    log="$out/latency_${preset}_b$batch.log"
-    timeout 300 "$b/src/pagellm" bench latency --model "/dev/shm/$preset" --input-len $input --output-len 64 \
-      --max-model-len 2048 --batch-size "$batch" >"$log" 2>&1
-    note "$preset: rc=$? $(grep -E '^batch' "$log" | tail -1)"
+    [ "$preset" = qwen3-30b-a3b ] && [ "$batch" -gt 16 ] && [ -z "${GPU_MOE_LAYERS:-}" ] && input=128  # the 32k-token prefill does not fit beside 57 GB
+    for min_rows in ${GPU_MOE_TILED_MIN_ROWS:-0}; do
+      log="$out/latency_${preset}_b${batch}_tiled$min_rows.log"
+      PAGELLM_CUDA_MOE_TILED_MIN_ROWS=$min_rows timeout 300 "$b/src/pagellm" bench latency --model "/dev/shm/$preset" \
+        --input-len $input --output-len 64 --max-model-len 2048 --batch-size "$batch" >"$log" 2>&1
+      note "$preset${GPU_MOE_TILED_MIN_ROWS:+ tiled from $min_rows rows}: rc=$? $(grep -E '^batch' "$log" | tail -1)"
+    done
   done
   if [[ " ${GPU_MOE_NCU:-} " == *" $preset "* ]]; then
     csv="$out/ncu_$preset.csv"
