@@ -3,7 +3,8 @@
 #
 #   GPU_MOE_PRESETS="gpt-oss-20b qwen3-30b-a3b"  checkpoints made with make-model (random weights) in /dev/shm
 #   GPU_MOE_BATCHES="1 64"    bench latency batch sizes (512 in / 64 out, in-process)
-#   GPU_MOE_NCU="gpt-oss-20b" presets whose batch-1 decode steps run under Nsight Compute (GPU time per kernel, eager steps)
+#   GPU_MOE_NCU="gpt-oss-20b" presets whose decode steps run under Nsight Compute (GPU time per kernel, eager steps)
+#   GPU_MOE_NCU_BATCH=1       the batch of those steps (64: nearly every expert chosen in every layer)
 #   GPU_MOE_NCU_INPUT=512     the prompt length of those steps: at 16 tokens the decode attention does not
 #                             split its keys, so its merge (the largest small kernel at 512) never shows
 #   GPU_MOE_SASS="qwen3-30b-a3b"  presets whose first grouped expert GEMM of a 2,048-token prefill step
@@ -69,8 +70,8 @@ for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
     PAGELLM_CUDA_GRAPHS=0 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
       "$b/src/pagellm" bench latency --model "/dev/shm/$preset" --input-len "${GPU_MOE_NCU_INPUT:-512}" --output-len 6 \
       --max-model-len $(( ${GPU_MOE_NCU_INPUT:-512} + 256 )) \
-      --batch-size 1 --kv-cache-memory 2000000000 >"$csv" 2>"$out/ncu_$preset.err"
-    note "ncu $preset: rc=$?"
+      --batch-size "${GPU_MOE_NCU_BATCH:-1}" --kv-cache-memory $(( ${GPU_MOE_NCU_BATCH:-1} > 1 ? 16000000000 : 2000000000 )) >"$csv" 2>"$out/ncu_$preset.err"
+    note "ncu $preset, decode batch ${GPU_MOE_NCU_BATCH:-1}: rc=$?"
     python3 scripts/ncu_steps.py "$csv" 3 | tee "$out/ncu_$preset.txt"
   fi
   if [[ " ${GPU_MOE_SASS:-} " == *" $preset "* ]]; then
