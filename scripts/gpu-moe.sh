@@ -15,6 +15,9 @@
 #   GPU_MOE_GOLDEN="*cuda/*moe*:*cuda/gpt_oss*"  a test_golden filter run next ("" = none)
 #   GPU_MOE_TILED_MIN_ROWS="0 512"  each bench latency batch once per value of PAGELLM_CUDA_MOE_TILED_MIN_ROWS
 #                             (grouped rows from which the tiled expert GEMM runs; 0 = the kernel's own, 2,048)
+#   GPU_MOE_W1="64 1"         W1 through serve at these concurrencies (512 in / 128 out, random prompts,
+#                             --ignore-eos; 4 x c prompts, 8 at c1), after the latency runs ("" = none)
+#   GPU_MOE_SERVE_ARGS="..."  more serve flags for those runs (e.g. --max-num-batched-tokens 8192)
 #   GPU_MOE_LAYERS=4          make the checkpoints with this many decoder layers (make-model --num-layers):
 #                             minutes less to make and load, per-kernel times unchanged; its TPOTs are
 #                             not the full model's ("" = the preset's layers)
@@ -65,6 +68,32 @@ for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
       note "$preset${GPU_MOE_TILED_MIN_ROWS:+ tiled from $min_rows rows}: rc=$? $(grep -E '^batch' "$log" | tail -1)"
     done
   done
+  if [ -n "${GPU_MOE_W1:-}" ]; then
+    port=18640
+    # shellcheck disable=SC2086  # GPU_MOE_SERVE_ARGS is a list of flags
+    "$b/src/pagellm" serve --model "/dev/shm/$preset" --device cuda --port $port --max-num-seqs 128 \
+      --served-model-name "$preset" ${GPU_MOE_SERVE_ARGS:-} >"$out/serve_$preset.log" 2>&1 &
+    server=$!
+    # Up to 5 minutes for a full checkpoint to load, but not past the server's exit.
+    for _ in $(seq 1 600); do
+      (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      kill -0 $server 2>/dev/null || break
+      sleep 0.5
+    done
+    if kill -0 $server 2>/dev/null; then
+      for level in $GPU_MOE_W1; do
+        json="$out/w1_${preset}_c$level.json"
+        timeout 300 "$b/src/pagellm" bench serve --base-url "http://127.0.0.1:$port" --model "$preset" \
+          --tokenizer assets/tokenizers/qwen3 --dataset random --random-input-len 512 --random-output-len 128 \
+          --ignore-eos --request-rate inf --max-concurrency "$level" --num-prompts $((level == 1 ? 8 : 4 * level)) \
+          --no-progress --result-json "$json" >"$out/w1_${preset}_c$level.log" 2>&1
+        note "W1 $preset c$level${GPU_MOE_SERVE_ARGS:+ ($GPU_MOE_SERVE_ARGS)}: rc=$? $(python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print(f\"{j['output_throughput']:.0f} output tok/s, TPOT p50 {j['median_tpot_ms']:.2f} ms, TTFT p50 {j['median_ttft_ms']:.1f} ms, p99 {j['p99_ttft_ms']:.0f} ms, failed {j['failed']}\")" "$json" 2>/dev/null)"
+      done
+      kill $server; wait $server 2>/dev/null
+    else
+      note "serve $preset did not start: $(tail -2 "$out/serve_$preset.log" | tr '\n' ' ')"
+    fi
+  fi
   if [[ " ${GPU_MOE_NCU:-} " == *" $preset "* ]]; then
     csv="$out/ncu_$preset.csv"
     PAGELLM_CUDA_GRAPHS=0 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
