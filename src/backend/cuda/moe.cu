@@ -357,6 +357,14 @@ struct WeightStep {
   uint32_t scale;
 };
 
+// A sum as every expert-GEMM kernel turns it into an output: rounded to T, then (with a bias) the bias
+// added and rounded again. One function, so the kernels' outputs stay the same bits.
+template <typename T>
+__device__ __forceinline__ float rounded_output(float sum, bool has_bias, float bias) {
+  const float y = round_to<T>(sum);
+  return has_bias ? round_to<T>(__fadd_rn(y, bias)) : y;
+}
+
 template <typename T>
 __device__ __forceinline__ T apply_act(Activation act, float gate, float up) {
   switch (act) {
@@ -403,9 +411,8 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
     for (int j = 0; j < 2; ++j) {
       const int64_t n = group * kTileRows + 2 * t + j;
       if (n >= a.n) continue;
-      float y = round_to<T>(sums[j]);
-      if (bias != nullptr) y = round_to<T>(__fadd_rn(y, to_f32(bias[expert * a.n + n])));
-      out[n] = from_f32<T>(y);
+      const float b = bias != nullptr ? to_f32(bias[expert * a.n + n]) : 0.0f;
+      out[n] = from_f32<T>(rounded_output<T>(sums[j], bias != nullptr, b));
     }
     return;
   }
@@ -415,12 +422,10 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
   for (int j = 0; j < 2; ++j) {
     const int64_t n = group * (kTileRows / 2) + 2 * t + j;
     if (n >= half) continue;
-    float gate = round_to<T>(sums[j]), up = round_to<T>(ups[j]);
-    if (bias != nullptr) {
-      gate = round_to<T>(__fadd_rn(gate, to_f32(bias[expert * a.n + n])));
-      up = round_to<T>(__fadd_rn(up, to_f32(bias[expert * a.n + half + n])));
-    }
-    out[n] = apply_act<T>(a.act, gate, up);
+    const float b_gate = bias != nullptr ? to_f32(bias[expert * a.n + n]) : 0.0f;
+    const float b_up = bias != nullptr ? to_f32(bias[expert * a.n + half + n]) : 0.0f;
+    out[n] = apply_act<T>(a.act, rounded_output<T>(sums[j], bias != nullptr, b_gate),
+                          rounded_output<T>(ups[j], bias != nullptr, b_up));
   }
 }
 
@@ -587,11 +592,7 @@ __device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, const GemvR
     const int pair = pairs[j];
     if (pair < 0) continue;
     T* out = static_cast<T*>(a.out) + pair * a.ld_out;
-    float y_lo = round_to<T>(c[j]), y_hi = round_to<T>(c[j + 2]);
-    if (has_bias) {
-      y_lo = round_to<T>(__fadd_rn(y_lo, bias.lo));
-      y_hi = round_to<T>(__fadd_rn(y_hi, bias.hi));
-    }
+    const float y_lo = rounded_output<T>(c[j], has_bias, bias.lo), y_hi = rounded_output<T>(c[j + 2], has_bias, bias.hi);
     if (a.fuse_act) {
       if (rows.ok_lo) out[rows.lo] = apply_act<T>(a.act, y_lo, y_hi);
       continue;
@@ -674,9 +675,12 @@ struct GemmWarpLayout {
   static constexpr int kGroups = kGemmGroups / kWarpsN;          // row groups a warp: 2 / 4
   static constexpr int kMGroups = kGemmMGroups / kWarpsM;        // pair groups a warp: 8 / 4
   static constexpr int kRows = kGroups * 16;                     // weight rows a warp
+  // A warp's sums: weight rows (row group j, half h: the group's rows 0..7 or 8..15, the mma's N) times
+  // its 16-pair groups m (the mma's M): c[j][h][m] = {(pair g, row 2t), (pair g, row 2t + 1),
+  // (pair g + 8, row 2t), (pair g + 8, row 2t + 1)} of lane (g, t).
   using Sums = float[kGroups][2][kMGroups][4];
 };
-static_assert(kGemmXRows / 16 == kGemmWarps, "a warp stages one 16-pair group of x");
+static_assert(kGemmMGroups == kGemmWarps, "a warp stages one 16-pair group of x");
 // Shared memory the launcher leaves to the kernel's static arrays (the item's rows, row addresses and
 // pairs, the schedule's scan: 4,640 bytes).
 constexpr int64_t kGemmStaticSmemRoom = 8192;
@@ -689,7 +693,8 @@ struct GemmStage {
   static constexpr int kWeightPieces = kGemmWeightRows * (kMxfp4 ? 4 : kSuperPieces);
   static constexpr int kScaleWords = kMxfp4 ? kGemmWeightRows : 0;
   static constexpr int kXPieces = kGemmXRows * kSuperPieces;
-  static constexpr int kPieces = kWeightPieces + kScaleWords / 4 + kXPieces;
+  static constexpr int kXOffset = kWeightPieces + kScaleWords / 4;  // where the x quads start
+  static constexpr int kPieces = kXOffset + kXPieces;
 };
 template <bool kMxfp4>
 constexpr int kGemmStages = kMxfp4 ? 3 : 2;  // 147 / 192 KiB
@@ -837,9 +842,8 @@ struct GemmStageCopier {
     // x: rows g = p * kXRowsPerPart .. of the warp's group.
     const int m_group = tid / 32, lane = tid % 32;
     if (16 * m_group >= x_rows) return;  // the group holds no pair of the chunk (warp-uniform)
-    uint32_t* x_words = reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kWeightPieces +
-                                                    GemmStage<kMxfp4>::kScaleWords / 4) +
-                        m_group * (kXQuadUnitsPerGroup * 4);
+    uint32_t* x_words =
+        reinterpret_cast<uint32_t*>(stage + GemmStage<kMxfp4>::kXOffset) + m_group * (kXQuadUnitsPerGroup * 4);
     const int half = lane / 16, w = lane % 16;  // row g + 8 half; word w of each run of 16
     const int place = (w % 2) * 2 + half;       // the word's register in its quad
     uint64_t x_src[kXRowsPerPart];
@@ -873,10 +877,6 @@ struct GemmStageCopier {
   }
 };
 
-// A warp's sums (GemmWarpLayout::Sums): weight rows (row group j, half h: the group's rows 0..7 or
-// 8..15, the mma's N) times its 16-pair groups m (the mma's M): c[j][h][m] = {(pair g, row 2t),
-// (pair g, row 2t + 1), (pair g + 8, row 2t), (pair g + 8, row 2t + 1)} of lane (g, t).
-
 // The warp's first kM 16-pair groups (all, or half: a branch inside the unrolled loop made the compiler
 // move every accumulator through the same registers around each mma); groups past the chunk's multiply
 // whatever their rows hold, into sums that are never stored. x is A (its quads read whole from shared
@@ -888,8 +888,7 @@ __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxf
                                                     int warp_n, int warp_m, int g, int t,
                                                     GemmStageCopier<T, kMxfp4>& copier) {
   using L = GemmWarpLayout<kMxfp4>;
-  const uint4* x_stage = stage + GemmStage<kMxfp4>::kWeightPieces + GemmStage<kMxfp4>::kScaleWords / 4 +
-                         warp_m * L::kMGroups * kXQuadUnitsPerGroup;
+  const uint4* x_stage = stage + GemmStage<kMxfp4>::kXOffset + warp_m * L::kMGroups * kXQuadUnitsPerGroup;
   const int swap = (g & 1) << 2;
   uint32_t scale[L::kGroups][2];  // MXFP4: the lane's scale of rows g, g + 8 of each group
   bool fast = true;
@@ -985,9 +984,8 @@ __device__ __forceinline__ void write_gemm_sums(float* sums, const typename Gemm
 }
 
 // The item's outputs from the sums, 8 columns of one pair a thread at a time (one 16-byte store when
-// aligned): each sum rounded, its bias added (rounded), then stored, or act(gate) * up with the gate
-// in block row 16 G + i and its up in 16 G + 8 + i (gemv_weight_rows' groups). The same arithmetic
-// as store_row_pair, element for element.
+// aligned): each sum through rounded_output, then stored, or act(gate) * up with the gate in block
+// row 16 G + i and its up in 16 G + 8 + i (gemv_weight_rows' groups), as store_row_pair does.
 __device__ __forceinline__ uint16_t bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ uint16_t bits_of(__half v) { return __half_as_ushort(v); }
 
@@ -1020,15 +1018,8 @@ __device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const i
     T y[8];  // 8 outputs, then (aligned) one 16-byte store of their bits
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      float v = round_to<T>(s[i]);
-      if (bias != nullptr) v = round_to<T>(__fadd_rn(v, b[i]));
-      if (a.fuse_act) {
-        float up = round_to<T>(s[8 + i]);
-        if (bias != nullptr) up = round_to<T>(__fadd_rn(up, b_up[i]));
-        y[i] = apply_act<T>(a.act, v, up);
-      } else {
-        y[i] = from_f32<T>(v);
-      }
+      const float v = rounded_output<T>(s[i], bias != nullptr, b[i]);
+      y[i] = a.fuse_act ? apply_act<T>(a.act, v, rounded_output<T>(s[8 + i], bias != nullptr, b_up[i])) : from_f32<T>(v);
     }
     T* out = static_cast<T*>(a.out) + static_cast<int64_t>(pair) * a.ld_out + col0;
     if (vector) {
@@ -1097,13 +1088,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
       copier.store_scales();
       cp_async_commit();
     }
-    typename L::Sums c;
-#pragma unroll
-    for (int j = 0; j < L::kGroups; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int m = 0; m < L::kMGroups; ++m) c[j][h][m][0] = c[j][h][m][1] = c[j][h][m][2] = c[j][h][m][3] = 0.0f;
+    typename L::Sums c = {};
     for (int s = 0; s < steps; ++s) {
       // Stage s has landed (this thread's copies, then everyone's), and every warp is done with stage
       // s - 1, which the copies of step s + kStages - 1 now fill while stage s is multiplied.
