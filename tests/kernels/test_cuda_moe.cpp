@@ -4,7 +4,8 @@
 // grouping and apart), the grouped layout (exact), the grouped expert GEMMs (the tensor-core path for
 // bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the combine, for T = 1, 7, 64,
 // 300 (experts without a token included); bitwise batch invariance of a token's output across the
-// decode kernel and the tiled one (and the tiled one forced at decode batches); every MXFP4 code under a range of scales converted exactly by both.
+// decode kernel and the tiled one (and the tiled one forced at decode batches); every MXFP4 code under
+// a range of scales converted exactly by both.
 // Skips without a GPU.
 #include <cstring>
 #include <string>
