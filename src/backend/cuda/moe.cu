@@ -592,7 +592,8 @@ __device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, const GemvR
     const int pair = pairs[j];
     if (pair < 0) continue;
     T* out = static_cast<T*>(a.out) + pair * a.ld_out;
-    const float y_lo = rounded_output<T>(c[j], has_bias, bias.lo), y_hi = rounded_output<T>(c[j + 2], has_bias, bias.hi);
+    const float y_lo = rounded_output<T>(c[j], has_bias, bias.lo);
+    const float y_hi = rounded_output<T>(c[j + 2], has_bias, bias.hi);
     if (a.fuse_act) {
       if (rows.ok_lo) out[rows.lo] = apply_act<T>(a.act, y_lo, y_hi);
       continue;
@@ -946,7 +947,8 @@ __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxf
 #pragma unroll
       for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) w[j][h] = stage[(warp_n * L::kRows + j * 16 + h * 8 + g) * kSuperPieces + ((u * 4 + t) ^ swap)];
+        for (int h = 0; h < 2; ++h)
+          w[j][h] = stage[(warp_n * L::kRows + j * 16 + h * 8 + g) * kSuperPieces + ((u * 4 + t) ^ swap)];
       copier.part(u);
 #pragma unroll
       for (int j = 0; j < L::kGroups; ++j)
@@ -979,7 +981,8 @@ __device__ __forceinline__ void write_gemm_sums(float* sums, const typename Gemm
       for (int m = 0; m < L::kMGroups; ++m) {
         const int slot = (warp_m * L::kMGroups + m) * 16 + g, row = warp_n * L::kRows + j * 16 + h * 8 + 2 * t;
         *reinterpret_cast<float2*>(sums + slot * kGemmSumStride + row) = make_float2(c[j][h][m][0], c[j][h][m][1]);
-        *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) = make_float2(c[j][h][m][2], c[j][h][m][3]);
+        *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) =
+            make_float2(c[j][h][m][2], c[j][h][m][3]);
       }
 }
 
@@ -1019,7 +1022,8 @@ __device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const i
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float v = rounded_output<T>(s[i], bias != nullptr, b[i]);
-      y[i] = a.fuse_act ? apply_act<T>(a.act, v, rounded_output<T>(s[8 + i], bias != nullptr, b_up[i])) : from_f32<T>(v);
+      y[i] = a.fuse_act ? apply_act<T>(a.act, v, rounded_output<T>(s[8 + i], bias != nullptr, b_up[i]))
+                        : from_f32<T>(v);
     }
     T* out = static_cast<T*>(a.out) + static_cast<int64_t>(pair) * a.ld_out + col0;
     if (vector) {
