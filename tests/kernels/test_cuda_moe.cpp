@@ -192,17 +192,25 @@ TEST(CudaMoe, TiledKernelAtModelExpertCountsIsBatchInvariant) {
 // KernelOptions::moe_tiled_min_rows = 1 puts every launch on the tiled kernel, decode batches too (a
 // chunk of one or two tiles: pair groups and whole warps without a pair, row blocks of one expert
 // each): the gate_up outputs and the layer's output are the decode kernel's bits, at the released
-// models' expert counts.
+// models' expert counts (T = 64 of gpt-oss's 32 experts top 4: the decode kernel's two-tile blocks)
+// and for 300 tokens on 2 experts top 2 (runs of 38 tiles: the two-tile blocks find where their run
+// starts over more than one round of 32 tiles).
 TEST(CudaMoe, TiledKernelAtDecodeBatchesGivesTheDecodeKernelsBits) {
   PAGELLM_GPU_OR_SKIP(gpu);
+  struct Shape {
+    int64_t tokens, experts, top_k;
+  };
   for (const bool gpt_oss : {false, true})
-    for (const int64_t tokens : {1, 7, 64}) {
-      const MoeCase c = make_case(tokens, DType::kBF16, gpt_oss, 23, 576, 288, gpt_oss ? 32 : 128, gpt_oss ? 4 : 8);
+    for (const Shape s : {Shape{1, 0, 0}, Shape{7, 0, 0}, Shape{64, 0, 0}, Shape{300, 2, 2}}) {
+      const int64_t experts = s.experts > 0 ? s.experts : gpt_oss ? 32 : 128;
+      const int64_t top_k = s.top_k > 0 ? s.top_k : gpt_oss ? 4 : 8;
+      const MoeCase c = make_case(s.tokens, DType::kBF16, gpt_oss, 23, 576, 288, experts, top_k);
       const MoeRun decode = run_grouped(*gpu, c);
       const cuda_test::ScopedKernelOptions tiled(*gpu, [](KernelOptions& o) { o.moe_tiled_min_rows = 1; });
       const MoeRun all_tiled = run_grouped(*gpu, c);
-      EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, gpt_oss " << gpt_oss << " T " << tokens;
-      EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, gpt_oss " << gpt_oss << " T " << tokens;
+      const std::string what = fmt::format("gpt_oss {} T {} experts {}", gpt_oss, s.tokens, experts);
+      EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, " << what;
+      EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, " << what;
     }
 }
 

@@ -429,8 +429,8 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
   }
 }
 
-// Decode-sized batches: grid (tiles, row groups / kGemvWarps); a warp owns one tile and 16 weight
-// rows over all of K. The weights are the mma's A operand (rows g and g + 8 of lane (g, t): all 16
+// Decode-sized batches: grid (tiles, row groups / the block's warps); a warp owns one tile (or, in the
+// two-tile form below, two consecutive tiles of one expert) and 16 weight rows over all of K. The weights are the mma's A operand (rows g and g + 8 of lane (g, t): all 16
 // rows do work) and the tile's x rows its B operand (x row g in lane (g, t)), so each 16-byte
 // piece of x feeds two weight rows and no operand holds zero padding (with x as A, half of A was
 // zero rows: twice the mma per weight byte, and ~6 register moves per mma to place the zeros; ncu
@@ -525,11 +525,14 @@ __device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[
   for (int b = 0; b < kBatch; ++b) stream.load(w[b], first_step + b);
 }
 
-// c += the batch's super-steps (those below `steps`): weight rows g, g + 8 times x_row's pieces
-// (nullptr: a row without a pair, whose B column is zero).
-template <typename T, bool kMxfp4, int kBatch>
-__device__ __forceinline__ void multiply_row_pair_batch(float (&c)[4], const RowPairStep<T, kMxfp4> (&w)[kBatch],
-                                                        const uint4* x_row, int first_step, int steps, int t) {
+// c[j] += the batch's super-steps (those below `steps`) for the warp's first `tiles` tiles: weight rows
+// g, g + 8 times x_rows[j]'s pieces (nullptr: a row without a pair, whose B column is zero). Each piece
+// of weights is converted once and feeds every tile's two mma.
+template <typename T, bool kMxfp4, int kBatch, int kTiles>
+__device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
+                                                        const RowPairStep<T, kMxfp4> (&w)[kBatch],
+                                                        const uint4* const (&x_rows)[kTiles], int tiles,
+                                                        int first_step, int steps, int t) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) {
@@ -541,9 +544,13 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[4], const Row
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const uint4 lo = piece(w[b].lo, u), hi = piece(w[b].hi, u);
-        const uint4 xv = x_row != nullptr ? x_row[s * kSuperPieces + u * 4 + t] : zero;
-        mma_16816_rows16<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
-        mma_16816_rows16<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          if (j >= tiles) break;  // warp-uniform
+          const uint4 xv = x_rows[j] != nullptr ? x_rows[j][s * kSuperPieces + u * 4 + t] : zero;
+          mma_16816_rows16<T>(c[j], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+          mma_16816_rows16<T>(c[j], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+        }
       }
     };
     if constexpr (kMxfp4) {
@@ -603,16 +610,40 @@ __device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, const GemvR
   }
 }
 
-template <typename T, bool kMxfp4>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+// The first tile of `expert`'s run of consecutive tiles that holds `tile` (moe_group puts an expert's
+// tiles side by side). Each warp of the block finds it on its own: lane l reads tile - 1 - l, 32 tiles
+// a round.
+__device__ __forceinline__ int expert_run_start(const int32_t* __restrict__ tile_experts, int tile, int expert) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (int end = tile;; end -= 32) {
+    const int i = end - 1 - lane;
+    const unsigned other = __ballot_sync(kFullMask, i < 0 || __ldg(tile_experts + i) != expert);
+    if (other != 0u) return end - (__ffs(static_cast<int>(other)) - 1);
+  }
+}
+
+// kTiles > 1: the block whose tile is at a multiple of kTiles in its expert's run multiplies up to
+// kTiles tiles of that run, converting each piece of weights once for all of them and reading the
+// expert's rows once (the blocks of the run's other tiles return at once). Its warps then number
+// kGemvWarps x kTiles, so that a block's x rows per warp stay the 1-tile kernel's.
+template <int kTiles>
+constexpr int kGemvBlockWarps = kGemvWarps * kTiles;
+
+template <typename T, bool kMxfp4, int kTiles>
+__global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
     moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows) {
   extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces]
-  const int64_t tile = blockIdx.x;
+  const int tile = static_cast<int>(blockIdx.x);
   const int expert = a.tile_experts[tile];
   if (expert < 0) return;  // block-uniform: used tiles come first
+  int tiles = 1;
+  if constexpr (kTiles > 1) {
+    if ((tile - expert_run_start(a.tile_experts, tile, expert)) % kTiles != 0) return;  // block-uniform
+    while (tiles < kTiles && tile + tiles < a.num_tiles && a.tile_experts[tile + tiles] == expert) ++tiles;
+  }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvWarps + warp;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvBlockWarps<kTiles> + warp;
   const GemvRows rows = gemv_weight_rows(a, group, g);
   const RowPairStream<T, kMxfp4> stream(a, expert, rows, t);
   const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
@@ -624,10 +655,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
   // A tile's pairs fill its rows from the first (moe_group), and there are at most as many as the
   // step's pairs: rows from staged_rows on are empty. 32-bit index math (a 64-bit division per piece
-  // cost more than the weights' stream at batch 1).
+  // cost more than the weights' stream at batch 1). The block's tiles are consecutive, so their rows
+  // are too.
+  const int32_t* tile_pairs = a.tile_pairs + static_cast<int64_t>(tile) * kTileRows;
   const int pieces = steps * kSuperPieces, k_pieces = static_cast<int>(a.k / 8);
-  for (int r = 0; r < kTileRows; ++r) {
-    const int pair = a.tile_pairs[tile * kTileRows + r];
+  for (int r = 0; r < tiles * kTileRows; ++r) {
+    const int pair = tile_pairs[r];
     if (pair < 0) continue;  // block-uniform
     if (r >= staged_rows) __trap();  // more pairs in a tile than in the step: a broken moe_group invariant
     const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + pair / a.pairs_per_x_row * a.ld_x);
@@ -636,17 +669,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
   __syncthreads();
 
-  const int pair = a.tile_pairs[tile * kTileRows + g];
-  const uint4* x_row = pair >= 0 ? x_rows + g * row_pieces : nullptr;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint4* tile_x[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int r = j * kTileRows + g;
+    tile_x[j] = j < tiles && tile_pairs[r] >= 0 ? x_rows + r * row_pieces : nullptr;
+  }
+  float c[kTiles][4] = {};
   for (int s0 = 0; s0 < steps; s0 += 2 * kBatch) {
     load_row_pair_batch(w1, stream, s0 + kBatch);
-    multiply_row_pair_batch<T>(c, w0, x_row, s0, steps, t);
+    multiply_row_pair_batch<T>(c, w0, tile_x, tiles, s0, steps, t);
     load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
-    multiply_row_pair_batch<T>(c, w1, x_row, s0 + kBatch, steps, t);
+    multiply_row_pair_batch<T>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
   }
-  const int pairs[2] = {a.tile_pairs[tile * kTileRows + 2 * t], a.tile_pairs[tile * kTileRows + 2 * t + 1]};
-  store_row_pair<T>(a, rows, row_bias<T>(a, expert, rows), pairs, c);
+  const RowBias bias = row_bias<T>(a, expert, rows);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (j >= tiles) break;
+    const int pairs[2] = {tile_pairs[j * kTileRows + 2 * t], tile_pairs[j * kTileRows + 2 * t + 1]};
+    store_row_pair<T>(a, rows, bias, pairs, c[j]);
+  }
 }
 
 // Larger batches: a persistent grid, one block an SM, walks work items (chunk, row block). A chunk is
@@ -1260,8 +1302,16 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   const bool mma = aligned && (dtype == DType::kBF16 || (dtype == DType::kF16 && !mxfp4));
   const int64_t steps = (args.k + kSuperK - 1) / kSuperK;
   const int row_pieces = static_cast<int>(steps * kSuperPieces + 4);
+  // Two tiles a block where an expert holds a tile of pairs on average (then about one expert in two
+  // has a second tile, whose weights are no longer read and converted again: gpt-oss-20b's batch-64
+  // decode step 3.79 -> 3.58 ms, 8 layers, H200). At half a tile on average few experts have two, and
+  // the larger blocks cost more than they save (gpt-oss-20b batch 32: 2.92 -> 3.00 ms).
   // A tile holds at most as many pairs as the step has: a batch of one stages one x row, not eight.
-  const int staged_rows = static_cast<int>(std::min<int64_t>(kTileRows, std::max<int64_t>(args.num_pairs, 1)));
+  const bool two_tiles = args.num_pairs >= int64_t{kTileRows} * args.num_experts &&
+                         int64_t{2 * kTileRows} * row_pieces * 16 <= smem_optin_limit();
+  const int gemv_tiles = two_tiles ? 2 : 1;
+  const int staged_rows =
+      static_cast<int>(std::min<int64_t>(int64_t{gemv_tiles} * kTileRows, std::max<int64_t>(args.num_pairs, 1)));
   const int64_t gemv_smem = int64_t{staged_rows} * row_pieces * 16;
   const int64_t gemv_groups = args.fuse_act ? (args.n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
                                             : (args.n + kGemvRows - 1) / kGemvRows;
@@ -1275,14 +1325,13 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   const bool gemm_fits = gemm_smem <= gemm_smem_limit && args.num_experts * args.n < (int64_t{1} << 31) &&
                          (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31);
   if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
-    auto launch = [&](auto gemv_kernel, auto gemm_kernel, std::atomic<uint64_t>& gemv_raised,
-                      std::atomic<uint64_t>& gemm_raised) {
+    auto launch = [&](auto gemv_kernel, auto gemv2_kernel, auto gemm_kernel, std::atomic<uint64_t>* raised) {
       const bool tiled = tiled_min_rows > 0 ? args.num_tiles * kTileRows >= tiled_min_rows
                                             : args.num_tiles * kTileRows > kSharedWeightsMinRows;
       if (tiled) {
         // Raised once to the whole room (the schedule's size depends on E); if the kernel's static arrays
         // outgrew kGemmStaticSmemRoom, cudaFuncSetAttribute refuses it here, before any launch.
-        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, gemm_raised);
+        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, raised[2]);
         if (e != cudaSuccess) return e;
         // At most one chunk a tile in 16, plus one a used expert.
         const int64_t max_items =
@@ -1292,22 +1341,27 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
       } else {
         // Raised once to the limit: each launch's size depends on K, and a smaller first K must not cap
         // the later ones.
-        cudaError_t e = allow_dynamic_smem(gemv_kernel, smem_optin_limit(), gemv_raised);
+        const int warps = two_tiles ? kGemvBlockWarps<2> : kGemvBlockWarps<1>;
+        cudaError_t e = two_tiles ? allow_dynamic_smem(gemv2_kernel, smem_optin_limit(), raised[1])
+                                  : allow_dynamic_smem(gemv_kernel, smem_optin_limit(), raised[0]);
         if (e != cudaSuccess) return e;
-        const dim3 grid(static_cast<unsigned>(args.num_tiles),
-                        static_cast<unsigned>((gemv_groups + kGemvWarps - 1) / kGemvWarps));
-        gemv_kernel<<<grid, kGemvWarps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
+        const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>((gemv_groups + warps - 1) / warps));
+        if (two_tiles)
+          gemv2_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
+        else
+          gemv_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
       }
       return cudaGetLastError();
     };
-    static std::atomic<uint64_t> raised[6];
+    static std::atomic<uint64_t> raised[3][3];
     if (dtype == DType::kF16)
-      return launch(moe_gemv_kernel<__half, false>, moe_gemm_tiled_kernel<__half, false>, raised[0], raised[1]);
+      return launch(moe_gemv_kernel<__half, false, 1>, moe_gemv_kernel<__half, false, 2>,
+                    moe_gemm_tiled_kernel<__half, false>, raised[0]);
     if (mxfp4)
-      return launch(moe_gemv_kernel<__nv_bfloat16, true>, moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[2],
-                    raised[3]);
-    return launch(moe_gemv_kernel<__nv_bfloat16, false>, moe_gemm_tiled_kernel<__nv_bfloat16, false>, raised[4],
-                  raised[5]);
+      return launch(moe_gemv_kernel<__nv_bfloat16, true, 1>, moe_gemv_kernel<__nv_bfloat16, true, 2>,
+                    moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[1]);
+    return launch(moe_gemv_kernel<__nv_bfloat16, false, 1>, moe_gemv_kernel<__nv_bfloat16, false, 2>,
+                  moe_gemm_tiled_kernel<__nv_bfloat16, false>, raised[2]);
   }
   if (groups > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>(groups));
