@@ -5,8 +5,8 @@
 // moe_expert_gemm has two tensor-core kernels with one arithmetic (read "The arithmetic both
 // tensor-core kernels share" below), so a pair's output is the same bits alone or in any batch:
 // moe_gemv_kernel for decode-sized batches (a warp streams 16 weight rows of one expert over all of
-// K, as the mma's A operand, for one tile of up to 8 pairs: only the chosen experts are read, once
-// per tile) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an
+// K, as the mma's A operand, for one tile of up to 8 pairs, or two tiles of one expert where the
+// experts hold a tile of pairs on average: only the chosen experts are read, once per block) and moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an
 // SM: 256 weight rows of one expert times up to 16 of its tiles, both staged through shared memory
 // with cp.async). With the activation fused (gate_up), both kernels' 16-row groups are 8 gate rows
 // and the matching 8 up rows, so each epilogue has both halves of act(gate) * up.
