@@ -177,6 +177,12 @@ class Backend {
 
   // out[M, N] = x[M, K] . w[N, K]^T
   virtual void matmul(TensorView out, const TensorView& x, const TensorView& w) = 0;
+  // matmul, then add_bias(out, bias) (bias [N]): the same bits; a backend may do both in one launch
+  // (CUDA's decode-sized GEMV adds it in its epilogue).
+  virtual void matmul_bias(TensorView out, const TensorView& x, const TensorView& w, const TensorView& bias) {
+    matmul(out, x, w);
+    add_bias(out, bias);
+  }
 
   // ---- Quantized weights (layers::Linear chooses; each format's loader fills these layouts).
   // Block-scaled FP8 (the Hugging Face "fp8" format, DeepSeek style):

@@ -1,7 +1,8 @@
 // The GEMV behind the CUDA backend's matmul for M <= 8 bf16/f16 (backend/cuda/gemv.cu), through
 // Backend::matmul: against the CPU twin (as CudaOps.MatmulMatchesCpu), bitwise batch invariance
 // (row m of an M-row product is the same bits for every M <= 8), against cuBLASLt
-// (KernelOptions::gemv off), and the products the GEMV refuses still right through cuBLASLt.
+// (KernelOptions::gemv off), the products the GEMV refuses still right through cuBLASLt, and the
+// bias the GEMV adds in its epilogue (matmul_bias) equal to add_bias after it.
 // Outputs are poisoned (NaN) before each GPU run so unwritten elements fail. Skips without a GPU.
 #include <cmath>
 #include <cstdlib>
@@ -219,6 +220,33 @@ TEST(CudaGemv, FallsBackToCublasLtWhereItDoesNotApply) {
       SCOPED_TRACE(describe(c, dtype));
       const Operands o = make_operands(*gpu, c, dtype, rng);
       EXPECT_EQ(compare_tensors(cpu_product(c, o, dtype), gpu_product(*gpu, c, o, dtype, 0, c.m), kRel, kAbs), "");
+    }
+  }
+}
+
+// matmul_bias is matmul then add_bias, bit for bit, where the GEMV adds the bias in its epilogue (M <= 8,
+// strided x and out, an odd N) and where cuBLASLt runs and add_bias follows (M = 9, and the GEMV off).
+TEST(CudaGemv, BiasInTheEpilogueIsMatmulThenAddBias) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  Rng rng(17);
+  for (const bool use_gemv : {true, false}) {
+    const auto path = gemv_path(*gpu, use_gemv);
+    for (DType dtype : kHalfTypes) {
+      for (const GemvCase& c : {GemvCase{1, 5120, 2880}, GemvCase{8, 257, 1000, 1000 + 24, 8, 257 + 3},
+                                GemvCase{3, 33, 40, 48, 8, 35}, GemvCase{9, 512, 1024}}) {
+        SCOPED_TRACE(fmt::format("{} gemv {}", describe(c, dtype), use_gemv));
+        const Operands o = make_operands(*gpu, c, dtype, rng);
+        const Tensor bias = to_device(*gpu, random_tensor({c.n}, dtype, rng).view());
+        const TensorView x = block_of(o.x_dev, 0, c.m, c.x_col0, c.k);
+        const int64_t out_width = c.out_width ? c.out_width : c.n;
+        Tensor apart = poisoned(*gpu, {c.m, out_width}, dtype), fused = poisoned(*gpu, {c.m, out_width}, dtype);
+        gpu->matmul(block_of(apart, 0, c.m, 0, c.n), x, o.w_dev.view());
+        gpu->add_bias(block_of(apart, 0, c.m, 0, c.n), bias.view());
+        gpu->matmul_bias(block_of(fused, 0, c.m, 0, c.n), x, o.w_dev.view(), bias.view());
+        EXPECT_EQ(bitwise_diff(to_host(*gpu, block_of(apart, 0, c.m, 0, c.n)),
+                               to_host(*gpu, block_of(fused, 0, c.m, 0, c.n))),
+                  "");
+      }
     }
   }
 }

@@ -101,11 +101,11 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& key) {
   return plan;
 }
 
-void CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
-                         int64_t ld_w, int64_t m, int64_t n, int64_t k, bool use_gemv) {
+bool CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
+                         int64_t ld_w, int64_t m, int64_t n, int64_t k, bool use_gemv, const void* bias) {
   if (use_gemv && gemv_supported_ && gemv_applies(dtype, x, ld_x, w, ld_w, m, k)) {
-    CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, num_sms_, stream_));
-    return;
+    CUDA_CHECK(launch_gemv(dtype, out, ld_out, x, ld_x, w, ld_w, m, n, k, bias, num_sms_, stream_));
+    return bias != nullptr;
   }
   const Key key{static_cast<int>(dtype), m, n, k, ld_out, ld_x, ld_w, alignment_bytes(out, ld_out, dtype),
                 alignment_bytes(x, ld_x, dtype), alignment_bytes(w, ld_w, dtype)};
@@ -115,6 +115,7 @@ void CublasLtMatmul::run(DType dtype, void* out, int64_t ld_out, const void* x, 
   const float alpha = 1.0f, beta = 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out, plan.c,
                               &plan.algo, workspace_, workspace_bytes_, stream_));
+  return false;
 }
 
 }  // namespace pagellm::cuda

@@ -36,8 +36,10 @@ class CublasLtMatmul {
 
   // All three operands have `dtype` (f32, bf16 or f16); strides in elements. Launches on the stream.
   // use_gemv false: every product on cuBLASLt, decode-sized ones too (KernelOptions::gemv).
-  void run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w, int64_t ld_w,
-           int64_t m, int64_t n, int64_t k, bool use_gemv);
+  // bias [n] (`dtype`) or nullptr: the GEMV adds it in its epilogue (add_bias's bits); returns whether
+  // it did, so that the caller adds it otherwise.
+  bool run(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w, int64_t ld_w,
+           int64_t m, int64_t n, int64_t k, bool use_gemv, const void* bias = nullptr);
 
  private:
   // (dtype, m, n, k, ld_out, ld_x, ld_w, alignment of out, x, w in bytes)

@@ -188,6 +188,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<OpGraph> capture(const std::function<void()>& record) override;
 
   void matmul(TensorView out, const TensorView& x, const TensorView& w) override;
+  void matmul_bias(TensorView out, const TensorView& x, const TensorView& w, const TensorView& bias) override;
   // Quantized weights (quant_gemv.h): the GEMV for decode-sized products; for larger ones FP8 blocks of
   // 128 x 128 go W8A8 to the FP8 tensor cores (cublaslt_fp8_matmul.h), INT4 of small batches on large
   // weights to the in-register-dequantizing GEMM (int4_gemm.h), everything else is dequantized + cuBLASLt.
@@ -248,6 +249,9 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t stream() const { return stream_.get(); }
+  // matmul with the GEMV's bias epilogue where it runs (bias nullptr: none); returns whether the bias
+  // was added.
+  bool dense_matmul(TensorView out, const TensorView& x, const TensorView& w, const void* bias);
   void quant_matmul(TensorView out, const TensorView& x, const cuda::QuantWeight& w, const char* op);
   bool fp8_w8a8_matmul(void* out, int64_t ld_out, const TensorView& x, int64_t ld_x, const cuda::QuantWeight& w,
                        const char* op);
@@ -505,6 +509,19 @@ void CudaBackend::copy(TensorView dst, const TensorView& src) {
 }
 
 void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& w) {
+  dense_matmul(out, x, w, nullptr);
+}
+
+// The GEMV adds the bias in its epilogue (one launch less a biased Linear at decode); cuBLASLt's
+// products take add_bias after them.
+void CudaBackend::matmul_bias(TensorView out, const TensorView& x, const TensorView& w, const TensorView& bias) {
+  check_dtype(bias, x.dtype, "matmul_bias", "bias");
+  CHECK_MSG(bias.device == Device::kCuda && bias.numel() == w.size(0) && bias.is_contiguous(),
+            "[cuda] matmul_bias: bias{} for {} columns", bias.shape.to_string(), w.size(0));
+  if (!dense_matmul(out, x, w, bias.data)) add_bias(out, bias);
+}
+
+bool CudaBackend::dense_matmul(TensorView out, const TensorView& x, const TensorView& w, const void* bias) {
   CHECK_MSG(x.ndim() == 2 && w.ndim() == 2 && out.ndim() == 2, "[cuda] matmul wants 2-D x, w, out");
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   CHECK_MSG(w.size(1) == k && out.size(0) == m && out.size(1) == n, "[cuda] matmul shapes x{} w{} out{}",
@@ -513,11 +530,11 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
             "[cuda] matmul operands must be on the GPU");
   check_dtype(w, x.dtype, "matmul", "w");
   check_dtype(out, x.dtype, "matmul", "out");
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return true;
   CHECK_MSG(w.is_contiguous() && (x.strides[1] == 1 || k == 1) && (out.strides[1] == 1 || n == 1),
             "[cuda] matmul wants contiguous w and unit column strides");
   const int64_t ld_x = m > 1 ? x.strides[0] : k, ld_out = m > 1 ? out.strides[0] : n;
-  matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k, kernel_options_.gemv);
+  return matmul_->run(x.dtype, out.data, ld_out, x.data, ld_x, w.data, k, m, n, k, kernel_options_.gemv, bias);
 }
 
 namespace {

@@ -52,7 +52,8 @@ constexpr int kResidentWarps = 32;  // per SM at <= 64 registers a thread
 template <typename T>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     gemv_kernel(T* __restrict__ out, int64_t ld_out, const T* __restrict__ x, int64_t ld_x,
-                const T* __restrict__ w, int64_t ld_w, int m, int64_t n, int64_t k, int64_t steps_per_warp) {
+                const T* __restrict__ w, int64_t ld_w, int m, int64_t n, int64_t k, int64_t steps_per_warp,
+                const T* __restrict__ bias) {
   __shared__ float partial[kMaxWarps][kTileRows][kTileRows];  // [warp][m][n - n0]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -93,6 +94,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       const int num_warps = static_cast<int>(blockDim.x) / 32;
       float sum = partial[0][row][col];
       for (int v = 1; v < num_warps; ++v) sum += partial[v][row][col];  // warp order: fixed by (N, K)
+      // With a bias: rounded, then the bias added and rounded again (add_bias's bits, without its launch).
+      if (bias != nullptr) sum = __fadd_rn(round_to<T>(sum), to_f32(bias[n0 + col]));
       out[row * ld_out + n0 + col] = from_f32<T>(sum);
     }
   }
@@ -117,7 +120,8 @@ bool gemv_device_supported(int device) {
 }
 
 cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
-                        int64_t ld_w, int64_t m, int64_t n, int64_t k, int num_sms, cudaStream_t stream) {
+                        int64_t ld_w, int64_t m, int64_t n, int64_t k, const void* bias, int num_sms,
+                        cudaStream_t stream) {
   if (!gemv_applies(dtype, x, ld_x, w, ld_w, m, k) || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const int64_t num_tiles = (n + kTileRows - 1) / kTileRows;
@@ -131,13 +135,14 @@ cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, i
     case DType::kBF16:
       gemv_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(
           static_cast<__nv_bfloat16*>(out), ld_out, static_cast<const __nv_bfloat16*>(x), ld_x,
-          static_cast<const __nv_bfloat16*>(w), ld_w, rows, n, k, steps_per_warp);
+          static_cast<const __nv_bfloat16*>(w), ld_w, rows, n, k, steps_per_warp,
+          static_cast<const __nv_bfloat16*>(bias));
       break;
     case DType::kF16:
       gemv_kernel<__half><<<grid, block, 0, stream>>>(static_cast<__half*>(out), ld_out,
                                                       static_cast<const __half*>(x), ld_x,
                                                       static_cast<const __half*>(w), ld_w, rows, n, k,
-                                                      steps_per_warp);
+                                                      steps_per_warp, static_cast<const __half*>(bias));
       break;
     default: return cudaErrorInvalidValue;
   }

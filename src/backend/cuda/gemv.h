@@ -45,10 +45,12 @@ inline bool gemv_applies(DType dtype, const void* x, int64_t ld_x, const void* w
 bool gemv_device_supported(int device);
 
 // out (row stride ld_out), x [m, k] (row stride ld_x), w [n, k] (row stride ld_w); strides in elements.
-// Needs gemv_applies() (else cudaErrorInvalidValue) and a device of compute capability 8.0+ (mma.sync;
-// the caller checks, once: see gemv_device_supported); num_sms: the device's multiprocessors (the
-// launch geometry, gemv.cu); returns the launch's status.
+// bias [n] (out's dtype) or nullptr: each output rounded, then the bias added and rounded again, the
+// bits of a separate add_bias. Needs gemv_applies() (else cudaErrorInvalidValue) and a device of compute
+// capability 8.0+ (mma.sync; the caller checks, once: see gemv_device_supported); num_sms: the device's
+// multiprocessors (the launch geometry, gemv.cu); returns the launch's status.
 cudaError_t launch_gemv(DType dtype, void* out, int64_t ld_out, const void* x, int64_t ld_x, const void* w,
-                        int64_t ld_w, int64_t m, int64_t n, int64_t k, int num_sms, cudaStream_t stream);
+                        int64_t ld_w, int64_t m, int64_t n, int64_t k, const void* bias, int num_sms,
+                        cudaStream_t stream);
 
 }  // namespace pagellm::cuda

@@ -7,6 +7,10 @@
 namespace pagellm::layers {
 
 void Linear::forward(Backend& backend, TensorView out, const TensorView& x) const {
+  if (format == WeightFormat::kDense && bias.defined()) {
+    backend.matmul_bias(out, x, weight, bias);
+    return;
+  }
   switch (format) {
     case WeightFormat::kDense: backend.matmul(out, x, weight); break;
     case WeightFormat::kFp8Block: backend.matmul_fp8_block(out, x, weight, scales, block_n, block_k); break;
