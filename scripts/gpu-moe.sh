@@ -12,7 +12,10 @@
 #                             and source counters: stall reasons, instruction mix and the most stalled
 #                             SASS instructions (scripts/ncu_sass.py)
 #   GPU_MOE_TESTS="CudaMoe.*" a test_kernels filter run first ("" = none)
-#   GPU_MOE_GOLDEN="*cuda/*moe*:*cuda/gpt_oss*"  a test_golden filter run next ("" = none)
+#   GPU_MOE_GOLDEN="Cuda/FamilyGolden.*moe*"  a test_golden filter run next ("" = none; the default: the
+#                             CUDA family goldens of gpt-oss, Qwen3-MoE and Qwen2 (biases), the hybrid
+#                             Qwen3-Next MoE fixtures; gtest filters match suite and test names, not
+#                             GetParam(), so "Cuda/...", not "cuda/...")
 #   GPU_MOE_TILED_MIN_ROWS="0 512"  each bench latency batch once per value of PAGELLM_CUDA_MOE_TILED_MIN_ROWS
 #                             (grouped rows from which the tiled expert GEMM runs; 0 = the kernel's own, 2,048)
 #   GPU_MOE_GEMV_HALF_ROWS="0 8"  and once per value of PAGELLM_CUDA_MOE_GEMV_HALF_ROWS (steps of at most this
@@ -47,7 +50,7 @@ if [ -n "$tests" ]; then
   note "test_kernels $tests: $(grep -cE '^\[       OK \]' "$out/tests.log") passed, $(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$out/tests.log") failed"
 fi
 
-golden=${GPU_MOE_GOLDEN-*cuda/*moe*:*cuda/gpt_oss*:*Cuda*Moe*:*Cuda*qwen3_next*}
+golden=${GPU_MOE_GOLDEN-Cuda/FamilyGolden.*gpt_oss*:Cuda/FamilyGolden.*qwen3_moe*:Cuda/FamilyGolden.*qwen2_bias*:*Cuda*qwen3_next*}
 if [ -n "$golden" ]; then
   timeout 300 "$b/tests/test_golden" --gtest_filter="$golden" >"$out/golden.log" 2>&1
   grep -E "^\[  FAILED  \]|Failure" "$out/golden.log" | head -12
