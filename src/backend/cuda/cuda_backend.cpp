@@ -71,6 +71,13 @@ void check_dtype(const TensorView& v, DType want, const char* op, const char* na
             dtype_name(v.dtype), dtype_name(want));
 }
 
+// A Linear's bias for `columns` outputs: x's dtype, contiguous [columns] on the GPU.
+void check_bias(const TensorView& bias, DType dtype, int64_t columns, const char* op) {
+  check_dtype(bias, dtype, op, "bias");
+  CHECK_MSG(bias.device == Device::kCuda && bias.numel() == columns && bias.is_contiguous(),
+            "[cuda] {}: bias{} for rows of {}", op, bias.shape.to_string(), columns);
+}
+
 void check_index_vector(const TensorView& v, DType dtype, int64_t numel, const char* op, const char* name) {
   CHECK_MSG(v.device == Device::kCuda && v.dtype == dtype && v.numel() == numel && v.is_contiguous(),
             "[cuda] {}: {} must be a contiguous [{}] {} tensor on the GPU, got {} {}", op, name, numel,
@@ -515,9 +522,7 @@ void CudaBackend::matmul(TensorView out, const TensorView& x, const TensorView& 
 // The GEMV adds the bias in its epilogue (one launch less a biased Linear at decode); cuBLASLt's
 // products take add_bias after them.
 void CudaBackend::matmul_bias(TensorView out, const TensorView& x, const TensorView& w, const TensorView& bias) {
-  check_dtype(bias, x.dtype, "matmul_bias", "bias");
-  CHECK_MSG(bias.device == Device::kCuda && bias.numel() == w.size(0) && bias.is_contiguous(),
-            "[cuda] matmul_bias: bias{} for {} columns", bias.shape.to_string(), w.size(0));
+  check_bias(bias, x.dtype, w.size(0), "matmul_bias");
   if (!dense_matmul(out, x, w, bias.data)) add_bias(out, bias);
 }
 
@@ -803,9 +808,7 @@ void CudaBackend::act_mul(TensorView out, const TensorView& gate_up, Activation 
 
 void CudaBackend::add_bias(TensorView x, const TensorView& bias) {
   const cuda::Rows rows = rows_of(x, "add_bias", "x");
-  check_dtype(bias, x.dtype, "add_bias", "bias");
-  CHECK_MSG(bias.device == Device::kCuda && bias.numel() == rows.row_size && bias.is_contiguous(),
-            "[cuda] add_bias: bias{} for rows of {}", bias.shape.to_string(), rows.row_size);
+  check_bias(bias, x.dtype, rows.row_size, "add_bias");
   CUDA_CHECK(cuda::launch_add_bias(x.dtype, rows, bias.data, stream()));
 }
 
