@@ -18,8 +18,6 @@
 #                             GetParam(), so "Cuda/...", not "cuda/...")
 #   GPU_MOE_TILED_MIN_ROWS="0 512"  each bench latency batch once per value of PAGELLM_CUDA_MOE_TILED_MIN_ROWS
 #                             (grouped rows from which the tiled expert GEMM runs; 0 = the kernel's own, 2,048)
-#   GPU_MOE_GEMV_HALF_ROWS="0 8"  and once per value of PAGELLM_CUDA_MOE_GEMV_HALF_ROWS (steps of at most this
-#                             many pairs on the decode kernel's 8-row warps; 0 = never, the default)
 #   GPU_MOE_W1="64 1"         W1 through serve at these concurrencies (512 in / 128 out, random prompts,
 #                             --ignore-eos; 4 x c prompts, 8 at c1), after the latency runs ("" = none)
 #   GPU_MOE_SERVE_ARGS="..."  more serve flags for those runs (e.g. --max-num-batched-tokens 8192)
@@ -67,13 +65,10 @@ for preset in ${GPU_MOE_PRESETS-gpt-oss-20b qwen3-30b-a3b}; do
     input=512
     [ "$preset" = qwen3-30b-a3b ] && [ "$batch" -gt 16 ] && [ -z "${GPU_MOE_LAYERS:-}" ] && input=128  # the 32k-token prefill does not fit beside 57 GB
     for min_rows in ${GPU_MOE_TILED_MIN_ROWS:-0}; do
-      for half in ${GPU_MOE_GEMV_HALF_ROWS:-0}; do
-        log="$out/latency_${preset}_b${batch}_tiled${min_rows}_half$half.log"
-        PAGELLM_CUDA_MOE_TILED_MIN_ROWS=$min_rows PAGELLM_CUDA_MOE_GEMV_HALF_ROWS=$half timeout 300 "$b/src/pagellm" \
-          bench latency --model "/dev/shm/$preset" --input-len $input --output-len 64 --max-model-len 2048 \
-          --batch-size "$batch" >"$log" 2>&1
-        note "$preset${GPU_MOE_TILED_MIN_ROWS:+ tiled from $min_rows rows}${GPU_MOE_GEMV_HALF_ROWS:+ 8-row warps to $half pairs}: rc=$? $(grep -E '^batch' "$log" | tail -1)"
-      done
+      log="$out/latency_${preset}_b${batch}_tiled$min_rows.log"
+      PAGELLM_CUDA_MOE_TILED_MIN_ROWS=$min_rows timeout 300 "$b/src/pagellm" bench latency --model "/dev/shm/$preset" \
+        --input-len $input --output-len 64 --max-model-len 2048 --batch-size "$batch" >"$log" 2>&1
+      note "$preset${GPU_MOE_TILED_MIN_ROWS:+ tiled from $min_rows rows}: rc=$? $(grep -E '^batch' "$log" | tail -1)"
     done
   done
   if [ -n "${GPU_MOE_W1:-}" ]; then

@@ -34,7 +34,6 @@ KernelOptions KernelOptions::from_environment() {
   options.gdn_chunked = !switched("PAGELLM_CUDA_GDN_CHUNKED", "0");
   options.gdn_chunked_min_tokens = positive_number("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS");
   options.moe_tiled_min_rows = positive_number("PAGELLM_CUDA_MOE_TILED_MIN_ROWS");
-  options.moe_gemv_half_rows_max_pairs = positive_number("PAGELLM_CUDA_MOE_GEMV_HALF_ROWS");
   return options;
 }
 

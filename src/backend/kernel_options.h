@@ -23,9 +23,6 @@ struct KernelOptions {
   int64_t moe_tiled_min_rows = 0;       // PAGELLM_CUDA_MOE_TILED_MIN_ROWS=N (>= 1): MoE expert products whose
                                         // grouped rows (tile capacity x 8) reach N take the tiled kernel, the
                                         // rest the decode one (the same bits); 0: the kernel's own (above 2,048)
-  int64_t moe_gemv_half_rows_max_pairs = 0;  // PAGELLM_CUDA_MOE_GEMV_HALF_ROWS=N (>= 1): MoE expert products of
-                                             // at most N pairs run the decode kernel with warps of 8 weight
-                                             // rows, twice the warps (the same bits); 0: never
 
   // The defaults with the switches above applied ("0" turns a path off, "1" forces the partitions);
   // a switch set to anything else leaves its default.

@@ -4,8 +4,7 @@
 // grouping and apart), the grouped layout (exact), the grouped expert GEMMs (the tensor-core path for
 // bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the combine, for T = 1, 7, 64,
 // 300 (experts without a token included); bitwise batch invariance of a token's output across the
-// decode kernel and the tiled one (and the tiled one forced at decode batches), and across the decode
-// kernel's 16-row and 8-row warps; every MXFP4 code under
+// decode kernel and the tiled one (and the tiled one forced at decode batches); every MXFP4 code under
 // a range of scales converted exactly by both.
 // Skips without a GPU.
 #include <cstring>
@@ -213,26 +212,6 @@ TEST(CudaMoe, TiledKernelAtDecodeBatchesGivesTheDecodeKernelsBits) {
       EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, " << what;
       EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, " << what;
     }
-}
-
-// KernelOptions::moe_gemv_half_rows_max_pairs puts small steps on the decode kernel's warps of 8 weight
-// rows (with the activation fused 4 gate rows and their up rows, whose outputs cross the warp by a
-// shuffle): the gate_up outputs and the layer's output are the 16-row warps' bits, dense (bf16, f16;
-// gpt-oss's case in f16 is dense with biases) and MXFP4, at the released models' expert counts.
-TEST(CudaMoe, EightRowDecodeWarpsGiveTheSixteenRowWarpsBits) {
-  PAGELLM_GPU_OR_SKIP(gpu);
-  for (const bool gpt_oss : {false, true})
-    for (const DType dtype : {DType::kBF16, DType::kF16})
-      for (const int64_t tokens : {1, 7, 33}) {
-        const MoeCase c = make_case(tokens, dtype, gpt_oss, 29, 576, 288, gpt_oss ? 32 : 128, gpt_oss ? 4 : 8);
-        const MoeRun sixteen = run_grouped(*gpu, c);
-        const cuda_test::ScopedKernelOptions half(*gpu,
-                                                  [](KernelOptions& o) { o.moe_gemv_half_rows_max_pairs = 1024; });
-        const MoeRun eight = run_grouped(*gpu, c);
-        const std::string what = fmt::format("gpt_oss {} {} T {}", gpt_oss, dtype_name(dtype), tokens);
-        EXPECT_TRUE(same_bits(sixteen.act, eight.act)) << "gate_up, " << what;
-        EXPECT_TRUE(same_bits(sixteen.out, eight.out)) << "out, " << what;
-      }
 }
 
 // Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact

@@ -1317,8 +1317,7 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   args.num_experts = static_cast<int>(num_experts);
   args.fuse_act = act.has_value();
   args.act = act.value_or(Activation::kSilu);
-  const cuda::MoeKernelChoice choice{kernel_options_.moe_tiled_min_rows, kernel_options_.moe_gemv_half_rows_max_pairs};
-  CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, choice, stream()));
+  CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, kernel_options_.moe_tiled_min_rows, stream()));
 }
 
 void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,

@@ -451,22 +451,11 @@ constexpr int kGemvBatch = kMxfp4 ? 2 : 1;  // super-steps a batch: 64 / 128 byt
 // The decode kernel's weight rows of lane group g in row group `group`: 16 rows n (lo = group * 16 + g,
 // hi = lo + 8), or with the activation fused gate row n = group * 8 + g (lo) and its up row (hi);
 // ok: the row exists (the last group of an N that is not a multiple of 16).
-// kRows = 8 (warps of 8 rows, the mma's rows 8..15 zero): row lo only, n = group * 8 + g, or with the
-// activation fused gate rows n = group * 4 + g for g < 4 and their up rows for g >= 4.
 struct GemvRows {
   int64_t lo, hi;
   bool ok_lo, ok_hi;
 };
-template <int kRows = kGemvRows>
 __device__ __forceinline__ GemvRows gemv_weight_rows(const MoeGemmArgs& a, int64_t group, int g) {
-  if constexpr (kRows == 8) {
-    if (!a.fuse_act) {
-      const int64_t lo = group * 8 + g;
-      return {lo, 0, lo < a.n, false};
-    }
-    const int64_t half = a.n / 2, n = group * 4 + (g & 3);
-    return {g < 4 ? n : half + n, 0, n < half, false};
-  }
   if (!a.fuse_act) {
     const int64_t lo = group * kGemvRows + g;
     return {lo, lo + 8, lo < a.n, lo + 8 < a.n};
@@ -481,9 +470,8 @@ struct RowPairStep {
   WeightStep<T, kMxfp4> lo, hi;
 };
 
-// The lane's weight rows g and g + 8 of its warp's group, as byte pointers at the lane's first k
-// (kRows = 8: row g only; hi is never loaded).
-template <typename T, bool kMxfp4, int kRows = kGemvRows>
+// The lane's weight rows g and g + 8 of its warp's group, as byte pointers at the lane's first k.
+template <typename T, bool kMxfp4>
 struct RowPairStream {
   static constexpr int kStepBytes = kMxfp4 ? kSuperK / 2 : kSuperK * static_cast<int>(sizeof(T));
   const uint8_t* lo;
@@ -526,22 +514,21 @@ struct RowPairStream {
   __device__ __forceinline__ void load(RowPairStep<T, kMxfp4>& w, int step) const {
     const bool in_k = step * kSuperK + lane_k < k;
     load_row(w.lo, lo, scale_lo, ok_lo && in_k, step);
-    if constexpr (kRows == kGemvRows) load_row(w.hi, hi, scale_hi, ok_hi && in_k, step);
+    load_row(w.hi, hi, scale_hi, ok_hi && in_k, step);
   }
 };
 
-template <typename T, bool kMxfp4, int kBatch, int kRows>
+template <typename T, bool kMxfp4, int kBatch>
 __device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[kBatch],
-                                                    const RowPairStream<T, kMxfp4, kRows>& stream, int first_step) {
+                                                    const RowPairStream<T, kMxfp4>& stream, int first_step) {
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) stream.load(w[b], first_step + b);
 }
 
 // c[j] += the batch's super-steps (those below `steps`) for the warp's first `tiles` tiles: weight rows
 // g, g + 8 times x_rows[j]'s pieces (nullptr: a row without a pair, whose B column is zero). Each piece
-// of weights is converted once and feeds every tile's two mma. kRows = 8: the rows g + 8 are zero,
-// neither loaded nor converted.
-template <int kRows, typename T, bool kMxfp4, int kBatch, int kTiles>
+// of weights is converted once and feeds every tile's two mma.
+template <typename T, bool kMxfp4, int kBatch, int kTiles>
 __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
                                                         const RowPairStep<T, kMxfp4> (&w)[kBatch],
                                                         const uint4* const (&x_rows)[kTiles], int tiles,
@@ -556,7 +543,7 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
     auto multiply = [&](auto piece) {
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const uint4 lo = piece(w[b].lo, u), hi = kRows == kGemvRows ? piece(w[b].hi, u) : zero;
+        const uint4 lo = piece(w[b].lo, u), hi = piece(w[b].hi, u);
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           if (j >= tiles) break;  // warp-uniform
@@ -567,8 +554,7 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
       }
     };
     if constexpr (kMxfp4) {
-      const bool fast = w[b].lo.scale >= 16u && w[b].lo.scale <= 129u &&
-                        (kRows != kGemvRows || (w[b].hi.scale >= 16u && w[b].hi.scale <= 129u));
+      const bool fast = w[b].lo.scale >= 16u && w[b].lo.scale <= 129u && w[b].hi.scale >= 16u && w[b].hi.scale <= 129u;
       if (__all_sync(kFullMask, fast)) {
         multiply([](const WeightStep<T, kMxfp4>& r, int u) {
           const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
@@ -624,27 +610,6 @@ __device__ __forceinline__ void store_row_pair(const MoeGemmArgs& a, const GemvR
   }
 }
 
-// The same for 8-row warps: c0, c1 = row lo for the pairs; with the activation fused the gate lanes
-// (g < 4) take their up rows' outputs from lane + 16 (g + 4, the same t). Every lane calls it (the
-// shuffle). The same rounding, bias and activation as store_row_pair, so the same bits.
-template <typename T>
-__device__ __forceinline__ void store_row_half(const MoeGemmArgs& a, const GemvRows& rows, const RowBias& bias,
-                                               const int (&pairs)[2], const float (&c)[4], int g) {
-  const bool has_bias = a.bias != nullptr;
-  const float y[2] = {rounded_output<T>(c[0], has_bias, bias.lo), rounded_output<T>(c[1], has_bias, bias.lo)};
-  const float up[2] = {__shfl_down_sync(kFullMask, y[0], 16), __shfl_down_sync(kFullMask, y[1], 16)};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int pair = pairs[j];
-    if (pair < 0 || !rows.ok_lo) continue;
-    T* out = static_cast<T*>(a.out) + pair * a.ld_out;
-    if (!a.fuse_act)
-      out[rows.lo] = from_f32<T>(y[j]);
-    else if (g < 4)
-      out[rows.lo] = apply_act<T>(a.act, y[j], up[j]);
-  }
-}
-
 // The first tile of `expert`'s run of consecutive tiles that holds `tile` (moe_group puts an expert's
 // tiles side by side). Each warp of the block finds it on its own: lane l reads tile - 1 - l, 32 tiles
 // a round.
@@ -664,14 +629,9 @@ __device__ __forceinline__ int expert_run_start(const int32_t* __restrict__ tile
 template <int kTiles>
 constexpr int kGemvBlockWarps = kGemvWarps * kTiles;
 
-// kRows = 8 (one tile only): warps of 8 weight rows, twice the warps of the 16-row form for the same
-// rows, each with half the loads and conversions a super-step (the mma's rows 8..15 zero). For small
-// batches, whose launches hold too few warps an SM to cover each warp's chain of dependent super-steps
-// (KernelOptions::moe_gemv_half_rows_max_pairs). A row's sums are the same mma chain in either form.
-template <typename T, bool kMxfp4, int kTiles, int kRows = kGemvRows>
+template <typename T, bool kMxfp4, int kTiles>
 __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
     moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows) {
-  static_assert(kRows == kGemvRows || (kRows == 8 && kTiles == 1), "8-row warps take one tile");
   extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces]
   const int tile = static_cast<int>(blockIdx.x);
   const int expert = a.tile_experts[tile];
@@ -684,8 +644,8 @@ __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvBlockWarps<kTiles> + warp;
-  const GemvRows rows = gemv_weight_rows<kRows>(a, group, g);
-  const RowPairStream<T, kMxfp4, kRows> stream(a, expert, rows, t);
+  const GemvRows rows = gemv_weight_rows(a, group, g);
+  const RowPairStream<T, kMxfp4> stream(a, expert, rows, t);
   const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
   constexpr int kBatch = kGemvBatch<kMxfp4>;
   // Two batches of weights in registers: the next one is in flight while this one is multiplied
@@ -731,19 +691,16 @@ __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
   float c[kTiles][4] = {};
   for (int s0 = 0; s0 < steps; s0 += 2 * kBatch) {
     load_row_pair_batch(w1, stream, s0 + kBatch);
-    multiply_row_pair_batch<kRows, T>(c, w0, tile_x, tiles, s0, steps, t);
+    multiply_row_pair_batch<T>(c, w0, tile_x, tiles, s0, steps, t);
     load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
-    multiply_row_pair_batch<kRows, T>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
+    multiply_row_pair_batch<T>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
   }
   const RowBias bias = row_bias<T>(a, expert, rows);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (j >= tiles) break;
     const int pairs[2] = {tile_pairs[j * kTileRows + 2 * t], tile_pairs[j * kTileRows + 2 * t + 1]};
-    if constexpr (kRows == kGemvRows)
-      store_row_pair<T>(a, rows, bias, pairs, c[j]);
-    else
-      store_row_half<T>(a, rows, bias, pairs, c[j], g);
+    store_row_pair<T>(a, rows, bias, pairs, c[j]);
   }
 }
 
@@ -1341,7 +1298,7 @@ cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_w
   });
 }
 
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, const MoeKernelChoice& choice,
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, int64_t tiled_min_rows,
                                    cudaStream_t stream) {
   if (args.num_tiles == 0) return cudaSuccess;
   const int64_t out_columns = args.fuse_act ? args.n / 2 : args.n;
@@ -1365,9 +1322,6 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   // A tile holds at most as many pairs as the step has: a batch of one stages one x row, not eight.
   const bool two_tiles = args.num_pairs >= int64_t{kTileRows} * args.num_experts &&
                          int64_t{2 * kTileRows} * row_pieces * 16 <= smem_optin_limit();
-  const int64_t gemv_half_groups = args.fuse_act ? (args.n / 2 + 3) / 4 : (args.n + 7) / 8;
-  const bool half_rows = !two_tiles && args.num_pairs <= choice.half_rows_max_pairs &&
-                         gemv_half_groups <= 65535 * int64_t{kGemvWarps};
   const int gemv_tiles = two_tiles ? 2 : 1;
   const int staged_rows =
       static_cast<int>(std::min<int64_t>(int64_t{gemv_tiles} * kTileRows, std::max<int64_t>(args.num_pairs, 1)));
@@ -1384,15 +1338,13 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   const bool gemm_fits = gemm_smem <= gemm_smem_limit && args.num_experts * args.n < (int64_t{1} << 31) &&
                          (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31);
   if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
-    auto launch = [&](auto gemv_kernel, auto gemv2_kernel, auto gemv_half_kernel, auto gemm_kernel,
-                      std::atomic<uint64_t>* raised) {
-      const int64_t tiled_min_rows = choice.tiled_min_rows;
+    auto launch = [&](auto gemv_kernel, auto gemv2_kernel, auto gemm_kernel, std::atomic<uint64_t>* raised) {
       const bool tiled = tiled_min_rows > 0 ? args.num_tiles * kTileRows >= tiled_min_rows
                                             : args.num_tiles * kTileRows > kSharedWeightsMinRows;
       if (tiled) {
         // Raised once to the whole room (the schedule's size depends on E); if the kernel's static arrays
         // outgrew kGemmStaticSmemRoom, cudaFuncSetAttribute refuses it here, before any launch.
-        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, raised[3]);
+        cudaError_t e = allow_dynamic_smem(gemm_kernel, gemm_smem_limit, raised[2]);
         if (e != cudaSuccess) return e;
         // At most one chunk a tile in 16, plus one a used expert.
         const int64_t max_items =
@@ -1403,33 +1355,26 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
         // Raised once to the limit: each launch's size depends on K, and a smaller first K must not cap
         // the later ones.
         const int warps = two_tiles ? kGemvBlockWarps<2> : kGemvBlockWarps<1>;
-        const int64_t groups_launched = half_rows ? gemv_half_groups : gemv_groups;
-        cudaError_t e = two_tiles   ? allow_dynamic_smem(gemv2_kernel, smem_optin_limit(), raised[1])
-                        : half_rows ? allow_dynamic_smem(gemv_half_kernel, smem_optin_limit(), raised[2])
-                                    : allow_dynamic_smem(gemv_kernel, smem_optin_limit(), raised[0]);
+        cudaError_t e = two_tiles ? allow_dynamic_smem(gemv2_kernel, smem_optin_limit(), raised[1])
+                                  : allow_dynamic_smem(gemv_kernel, smem_optin_limit(), raised[0]);
         if (e != cudaSuccess) return e;
-        const dim3 grid(static_cast<unsigned>(args.num_tiles),
-                        static_cast<unsigned>((groups_launched + warps - 1) / warps));
+        const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>((gemv_groups + warps - 1) / warps));
         if (two_tiles)
           gemv2_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
-        else if (half_rows)
-          gemv_half_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
         else
           gemv_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
       }
       return cudaGetLastError();
     };
-    static std::atomic<uint64_t> raised[3][4];
+    static std::atomic<uint64_t> raised[3][3];
     if (dtype == DType::kF16)
       return launch(moe_gemv_kernel<__half, false, 1>, moe_gemv_kernel<__half, false, 2>,
-                    moe_gemv_kernel<__half, false, 1, 8>, moe_gemm_tiled_kernel<__half, false>, raised[0]);
+                    moe_gemm_tiled_kernel<__half, false>, raised[0]);
     if (mxfp4)
       return launch(moe_gemv_kernel<__nv_bfloat16, true, 1>, moe_gemv_kernel<__nv_bfloat16, true, 2>,
-                    moe_gemv_kernel<__nv_bfloat16, true, 1, 8>, moe_gemm_tiled_kernel<__nv_bfloat16, true>,
-                    raised[1]);
+                    moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[1]);
     return launch(moe_gemv_kernel<__nv_bfloat16, false, 1>, moe_gemv_kernel<__nv_bfloat16, false, 2>,
-                  moe_gemv_kernel<__nv_bfloat16, false, 1, 8>, moe_gemm_tiled_kernel<__nv_bfloat16, false>,
-                  raised[2]);
+                  moe_gemm_tiled_kernel<__nv_bfloat16, false>, raised[2]);
   }
   if (groups > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>(groups));

@@ -41,16 +41,10 @@ struct MoeGemmArgs {
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
   Activation act = Activation::kSilu;
 };
-// Which expert-GEMM kernel runs (all give the same bits). tiled_min_rows: grouped rows (num_tiles x 8)
+// num_sms: the tiled kernel's persistent grid (a block an SM). tiled_min_rows: grouped rows (num_tiles x 8)
 // from which the tiled kernel runs instead of the decode one (KernelOptions::moe_tiled_min_rows; 0: the
-// kernel's own threshold). half_rows_max_pairs: steps of at most this many pairs run the decode kernel
-// with warps of 8 weight rows (KernelOptions::moe_gemv_half_rows_max_pairs; 0: never).
-struct MoeKernelChoice {
-  int64_t tiled_min_rows = 0;
-  int64_t half_rows_max_pairs = 0;
-};
-// num_sms: the tiled kernel's persistent grid (a block an SM).
-cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, const MoeKernelChoice& choice,
+// kernel's own threshold). Both give the same bits.
+cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, int64_t tiled_min_rows,
                                    cudaStream_t stream);
 // out [T, H] rows += the weighted y [T * k, H] rows, slots in ascending expert order (k <= 32); from
 // +0 instead of out's rows when !accumulate.
