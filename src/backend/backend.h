@@ -61,10 +61,14 @@ struct AttentionParams {
 //   dense: weight [E, N, K] (the backend's weight dtype), scales empty;
 //   MXFP4: weight = blocks [E, N, K / 2] u8 and scales [E, N, K / 32] u8, as matmul_mxfp4 per expert;
 //   bias [E, N] (x's dtype) or empty (data == nullptr).
+// MXFP4: scale_min / scale_max bound the e8m0 bytes of `scales` (the loader's minimum and maximum; the
+// whole range when not known), so a backend may convert with arithmetic that holds only for bounded
+// exponents and leave the general conversion out of its inner loops.
 struct MoeExpertWeights {
   TensorView weight;
   TensorView scales;
   TensorView bias;
+  uint8_t scale_min = 0, scale_max = 255;
   bool mxfp4() const { return scales.data != nullptr; }
 };
 

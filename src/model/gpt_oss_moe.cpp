@@ -7,6 +7,7 @@
 // U8 and _scales [E, out, in / 32] U8 (integrations/mxfp4.py: row `out` of the blocks is column `out`
 // of the dense parameter), kept 4-bit (Backend::matmul_mxfp4).
 // The experts are stacked (moe_ffn.h ExpertStack): gate | up rows de-interleaved (gate rows first).
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -68,8 +69,13 @@ Expected<ExpertStack> mxfp4_stack(WeightLoader& loader, const std::string& name,
   ExpertStack stack;
   stack.weight = loader.upload(stacked_rows_u8(*blocks, num_experts, out_features, in_features / 2, source_rows,
                                                {inputs.begin / 2, inputs.count / 2}));
-  stack.scales = loader.upload(stacked_rows_u8(*scales, num_experts, out_features, groups, source_rows,
-                                               {inputs.begin / kMxfp4Group, inputs.count / kMxfp4Group}));
+  Tensor host_scales = stacked_rows_u8(*scales, num_experts, out_features, groups, source_rows,
+                                       {inputs.begin / kMxfp4Group, inputs.count / kMxfp4Group});
+  // The scales' bounds (backend.h MoeExpertWeights): a backend may then convert without the general path.
+  const uint8_t* bytes = host_scales.ptr<uint8_t>();
+  const auto [low, high] = std::minmax_element(bytes, bytes + host_scales.numel());
+  if (host_scales.numel() > 0) stack.scale_min = *low, stack.scale_max = *high;
+  stack.scales = loader.upload(std::move(host_scales));
   return stack;
 }
 

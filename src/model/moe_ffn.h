@@ -44,7 +44,8 @@ struct ExpertStack {
   Tensor weight;  // dense [E, N, K] (weight dtype), or MXFP4 blocks [E, N, K / 2] u8
   Tensor scales;  // MXFP4: [E, N, K / 32] u8 e8m0; undefined when dense
   Tensor bias;    // [E, N] or undefined
-  MoeExpertWeights view() const { return {weight.view(), scales.view(), bias.view()}; }
+  uint8_t scale_min = 0, scale_max = 255;  // MXFP4: the bounds of the scales' bytes (backend.h)
+  MoeExpertWeights view() const { return {weight.view(), scales.view(), bias.view(), scale_min, scale_max}; }
 };
 
 // Stacks per-expert tensors of one shape into [E, ...] on the backend's device (the parts are copied,

@@ -9,6 +9,7 @@
 // Skips without a GPU.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -216,41 +217,50 @@ TEST(CudaMoe, TiledKernelAtDecodeBatchesGivesTheDecodeKernelsBits) {
 
 // Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact
 // f32 one below): with one-hot x rows each output is one weight, so the GPU's bf16 must equal the
-// CPU's bit for bit, through the decode kernel (256 rows) and the tiled one (2,304 rows).
+// CPU's bit for bit, through the decode kernel (7 rows: one tile a block; 256: two) and the tiled one
+// (2,304 rows). Then scales only from the fast conversion's range, declared as the weights' bounds
+// (MoeExpertWeights::scale_min / scale_max, as the loader declares them), so the kernels without the
+// general conversion run: the same bits again.
 TEST(CudaMoe, Mxfp4CodesAndScalesConvertExactly) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
   const int64_t k = 256, n = 64, experts = 2;
-  const uint8_t exponents[] = {10, 14, 15, 16, 17, 60, 100, 117, 120, 124, 127, 128, 130, 200, 240, 250};
-  Rng rng(11);
-  Tensor blocks = Tensor::cpu({experts, n, k / 2}, DType::kU8), scales = Tensor::cpu({experts, n, k / 32}, DType::kU8);
-  for (int64_t i = 0; i < blocks.numel(); ++i) blocks.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng.below(256));
-  for (int64_t i = 0; i < scales.numel(); ++i)
-    scales.ptr<uint8_t>()[i] = exponents[(i + i / 8) % std::size(exponents)];
-  for (const int64_t tokens : {int64_t{256}, int64_t{2304}}) {
-    Tensor x = Tensor::cpu({tokens, k}, DType::kBF16), logits = Tensor::cpu({tokens, experts}, DType::kBF16);
-    std::memset(x.ptr<void>(), 0, x.nbytes());
-    for (int64_t t = 0; t < tokens; ++t) {
-      attention_test::store_float(x.view().data, DType::kBF16, t * k + t % k, 1.0f);
-      attention_test::store_float(logits.view().data, DType::kBF16, t * experts, 1.0f);  // expert 0
-      attention_test::store_float(logits.view().data, DType::kBF16, t * experts + 1, 0.0f);
+  const std::vector<uint8_t> all_exponents = {10, 14, 15, 16, 17, 60, 100, 117, 120, 124, 127, 128, 130, 200, 240, 250};
+  const std::vector<uint8_t> fast_exponents = {16, 17, 60, 100, 117, 120, 124, 127, 128, 129};
+  for (const bool declared : {false, true}) {
+    const std::vector<uint8_t>& exponents = declared ? fast_exponents : all_exponents;
+    Rng rng(11);
+    Tensor blocks = Tensor::cpu({experts, n, k / 2}, DType::kU8), scales = Tensor::cpu({experts, n, k / 32}, DType::kU8);
+    for (int64_t i = 0; i < blocks.numel(); ++i) blocks.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng.below(256));
+    for (int64_t i = 0; i < scales.numel(); ++i)
+      scales.ptr<uint8_t>()[i] = exponents[static_cast<size_t>(i + i / 8) % exponents.size()];
+    for (const int64_t tokens : {int64_t{7}, int64_t{256}, int64_t{2304}}) {
+      Tensor x = Tensor::cpu({tokens, k}, DType::kBF16), logits = Tensor::cpu({tokens, experts}, DType::kBF16);
+      std::memset(x.ptr<void>(), 0, x.nbytes());
+      for (int64_t t = 0; t < tokens; ++t) {
+        attention_test::store_float(x.view().data, DType::kBF16, t * k + t % k, 1.0f);
+        attention_test::store_float(logits.view().data, DType::kBF16, t * experts, 1.0f);  // expert 0
+        attention_test::store_float(logits.view().data, DType::kBF16, t * experts + 1, 0.0f);
+      }
+      Tensor outs[2];
+      Backend* backends[2] = {&cpu, gpu};
+      for (int b = 0; b < 2; ++b) {
+        Backend& be = *backends[b];
+        const int64_t tiles = moe_max_tiles(tokens, experts);
+        Tensor ids = be.alloc({tokens, 1}, DType::kI32), weights = be.alloc({tokens, 1}, DType::kF32);
+        Tensor tile_pairs = be.alloc({tiles, kMoeTileRows}, DType::kI32), tile_experts = be.alloc({tiles}, DType::kI32);
+        Tensor y = be.alloc({tokens, n}, DType::kBF16);
+        const Tensor x_on = on(be, x), logits_on = on(be, logits), blocks_on = on(be, blocks), scales_on = on(be, scales);
+        MoeExpertWeights w{blocks_on.view(), scales_on.view(), TensorView{}};
+        if (declared) w.scale_min = 16, w.scale_max = 129;
+        be.moe_route(ids.view(), weights.view(), logits_on.view(), MoeRouting::kSoftmaxTopK, true);
+        be.moe_group(tile_pairs.view(), tile_experts.view(), ids.view(), experts);
+        be.moe_expert_gemm(y.view(), x_on.view(), w, tile_pairs.view(), tile_experts.view(), 1, std::nullopt);
+        outs[b] = host_copy(be, y);
+      }
+      EXPECT_TRUE(same_bits(outs[0], outs[1]))
+          << "declared " << declared << ", tokens " << tokens << ": " << compare_tensors(outs[0], outs[1], 0.0, 0.0);
     }
-    Tensor outs[2];
-    Backend* backends[2] = {&cpu, gpu};
-    for (int b = 0; b < 2; ++b) {
-      Backend& be = *backends[b];
-      const int64_t tiles = moe_max_tiles(tokens, experts);
-      Tensor ids = be.alloc({tokens, 1}, DType::kI32), weights = be.alloc({tokens, 1}, DType::kF32);
-      Tensor tile_pairs = be.alloc({tiles, kMoeTileRows}, DType::kI32), tile_experts = be.alloc({tiles}, DType::kI32);
-      Tensor y = be.alloc({tokens, n}, DType::kBF16);
-      const Tensor x_on = on(be, x), logits_on = on(be, logits), blocks_on = on(be, blocks), scales_on = on(be, scales);
-      be.moe_route(ids.view(), weights.view(), logits_on.view(), MoeRouting::kSoftmaxTopK, true);
-      be.moe_group(tile_pairs.view(), tile_experts.view(), ids.view(), experts);
-      be.moe_expert_gemm(y.view(), x_on.view(), MoeExpertWeights{blocks_on.view(), scales_on.view(), TensorView{}},
-                         tile_pairs.view(), tile_experts.view(), 1, std::nullopt);
-      outs[b] = host_copy(be, y);
-    }
-    EXPECT_TRUE(same_bits(outs[0], outs[1])) << "tokens " << tokens << ": " << compare_tensors(outs[0], outs[1], 0.0, 0.0);
   }
 }
 

@@ -1317,6 +1317,8 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   args.num_experts = static_cast<int>(num_experts);
   args.fuse_act = act.has_value();
   args.act = act.value_or(Activation::kSilu);
+  args.mxfp4_fast_scales =
+      w.mxfp4() && w.scale_min >= cuda::kMxfp4FastScaleMin && w.scale_max <= cuda::kMxfp4FastScaleMax;
   CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, kernel_options_.moe_tiled_min_rows, stream()));
 }
 

@@ -339,6 +339,8 @@ __device__ __forceinline__ uint4 mxfp4_piece_fast(uint32_t nibbles, uint32_t sca
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(multiplier), "r"(0x80008000u));
   return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
 }
+// The scales for which mxfp4_piece_fast is exact (moe.h).
+__device__ __forceinline__ bool fast_scale(uint32_t e) { return e >= kMxfp4FastScaleMin && e <= kMxfp4FastScaleMax; }
 
 // The arithmetic both tensor-core kernels share, so a pair's result is the same bits whichever runs
 // and whatever else the batch holds: K is walked in super-steps of 128; in a warp, lane (g, t) holds
@@ -528,7 +530,7 @@ __device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[
 // c[j] += the batch's super-steps (those below `steps`) for the warp's first `tiles` tiles: weight rows
 // g, g + 8 times x_rows[j]'s pieces (nullptr: a row without a pair, whose B column is zero). Each piece
 // of weights is converted once and feeds every tile's two mma.
-template <typename T, bool kMxfp4, int kBatch, int kTiles>
+template <typename T, bool kMxfp4, bool kFastScales, int kBatch, int kTiles>
 __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
                                                         const RowPairStep<T, kMxfp4> (&w)[kBatch],
                                                         const uint4* const (&x_rows)[kTiles], int tiles,
@@ -539,7 +541,8 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
     const int s = first_step + b;
     if (s >= steps) break;  // warp-uniform
     // Piece by piece (two pieces of weights live at a time, not eight); MXFP4 takes the fast
-    // conversion when every lane's scales allow it (always, for real checkpoints), a warp-uniform test.
+    // conversion when every lane's scales allow it (always, for real checkpoints), a warp-uniform test,
+    // or (kFastScales: every scale of the weights does) only it.
     auto multiply = [&](auto piece) {
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -554,12 +557,14 @@ __device__ __forceinline__ void multiply_row_pair_batch(float (&c)[kTiles][4],
       }
     };
     if constexpr (kMxfp4) {
-      const bool fast = w[b].lo.scale >= 16u && w[b].lo.scale <= 129u && w[b].hi.scale >= 16u && w[b].hi.scale <= 129u;
-      if (__all_sync(kFullMask, fast)) {
-        multiply([](const WeightStep<T, kMxfp4>& r, int u) {
-          const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
-          return mxfp4_piece_fast(words[u], r.scale);
-        });
+      auto fast_piece = [](const WeightStep<T, kMxfp4>& r, int u) {
+        const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+        return mxfp4_piece_fast(words[u], r.scale);
+      };
+      if constexpr (kFastScales) {
+        multiply(fast_piece);
+      } else if (__all_sync(kFullMask, fast_scale(w[b].lo.scale) && fast_scale(w[b].hi.scale))) {
+        multiply(fast_piece);
       } else {
         multiply([](const WeightStep<T, kMxfp4>& r, int u) {
           const uint32_t words[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
@@ -629,7 +634,7 @@ __device__ __forceinline__ int expert_run_start(const int32_t* __restrict__ tile
 template <int kTiles>
 constexpr int kGemvBlockWarps = kGemvWarps * kTiles;
 
-template <typename T, bool kMxfp4, int kTiles>
+template <typename T, bool kMxfp4, int kTiles, bool kFastScales = false>
 __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
     moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows) {
   extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces]
@@ -691,9 +696,9 @@ __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
   float c[kTiles][4] = {};
   for (int s0 = 0; s0 < steps; s0 += 2 * kBatch) {
     load_row_pair_batch(w1, stream, s0 + kBatch);
-    multiply_row_pair_batch<T>(c, w0, tile_x, tiles, s0, steps, t);
+    multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w0, tile_x, tiles, s0, steps, t);
     load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
-    multiply_row_pair_batch<T>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
+    multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
   }
   const RowBias bias = row_bias<T>(a, expert, rows);
 #pragma unroll
@@ -939,7 +944,7 @@ struct GemmStageCopier {
 // memory, x_quad_unit) and the weights B (a 16-byte piece of a row is the B registers of two mma), so no
 // operand is assembled in registers: with the weights as A, each mma's quad took ~4 register moves.
 // Part u of the next stage's copies is issued after piece u's weights are read.
-template <typename T, bool kMxfp4, int kM>
+template <typename T, bool kMxfp4, bool kFastScales, int kM>
 __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxfp4>::Sums& c, const uint4* stage,
                                                     int warp_n, int warp_m, int g, int t,
                                                     GemmStageCopier<T, kMxfp4>& copier) {
@@ -955,9 +960,9 @@ __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxf
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         scale[j][h] = scales[warp_n * L::kRows + j * 16 + h * 8 + g] >> (8 * t) & 0xffu;
-        fast = fast && scale[j][h] >= 16u && scale[j][h] <= 129u;
+        fast = fast && fast_scale(scale[j][h]);
       }
-    fast = __all_sync(kFullMask, fast);
+    if constexpr (!kFastScales) fast = __all_sync(kFullMask, fast);
   }
   static_assert(kGemmCopyParts == 4, "a part a piece");
 #pragma unroll
@@ -978,7 +983,8 @@ __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxf
       for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          w[j][h] = fast ? mxfp4_piece_fast(nibbles[j][h], scale[j][h]) : mxfp4_piece(nibbles[j][h], scale[j][h]);
+          w[j][h] = kFastScales || fast ? mxfp4_piece_fast(nibbles[j][h], scale[j][h])
+                                        : mxfp4_piece(nibbles[j][h], scale[j][h]);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const uint4 xq0 = x_stage[m * kXQuadUnitsPerGroup + x_quad_unit(g, 4 * t + u, 0)];
@@ -1094,7 +1100,7 @@ __device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const i
   }
 }
 
-template <typename T, bool kMxfp4>
+template <typename T, bool kMxfp4, bool kFastScales = false>
 __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     moe_gemm_tiled_kernel(MoeGemmArgs a, int row_blocks) {
   extern __shared__ uint4 smem[];  // [kGemmStages][GemmStage::kPieces], then the schedule
@@ -1158,9 +1164,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
           a, smem + (ahead % kStages) * kStagePieces, w_source, x_source, w_rows, x_rows, ahead, ahead < steps};
       const uint4* stage = smem + (s % kStages) * kStagePieces;
       if (warp_groups > L::kMGroups / 2)  // warp-uniform
-        multiply_gemm_stage<T, kMxfp4, L::kMGroups>(c, stage, warp_n, warp_m, g, t, copier);
+        multiply_gemm_stage<T, kMxfp4, kFastScales, L::kMGroups>(c, stage, warp_n, warp_m, g, t, copier);
       else if (warp_groups > 0)
-        multiply_gemm_stage<T, kMxfp4, L::kMGroups / 2>(c, stage, warp_n, warp_m, g, t, copier);
+        multiply_gemm_stage<T, kMxfp4, kFastScales, L::kMGroups / 2>(c, stage, warp_n, warp_m, g, t, copier);
       else
         copier.all_parts();
       copier.store_scales();
@@ -1366,10 +1372,13 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
       }
       return cudaGetLastError();
     };
-    static std::atomic<uint64_t> raised[3][3];
+    static std::atomic<uint64_t> raised[4][3];
     if (dtype == DType::kF16)
       return launch(moe_gemv_kernel<__half, false, 1>, moe_gemv_kernel<__half, false, 2>,
                     moe_gemm_tiled_kernel<__half, false>, raised[0]);
+    if (mxfp4 && args.mxfp4_fast_scales)
+      return launch(moe_gemv_kernel<__nv_bfloat16, true, 1, true>, moe_gemv_kernel<__nv_bfloat16, true, 2, true>,
+                    moe_gemm_tiled_kernel<__nv_bfloat16, true, true>, raised[3]);
     if (mxfp4)
       return launch(moe_gemv_kernel<__nv_bfloat16, true, 1>, moe_gemv_kernel<__nv_bfloat16, true, 2>,
                     moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[1]);

@@ -23,6 +23,10 @@ bool moe_route_group_fits(int64_t tokens, int64_t num_experts, int64_t top_k);
 cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_weights, int32_t* tile_pairs,
                                    int32_t* tile_experts, int64_t num_tiles, Rows logits, int64_t top_k,
                                    MoeRouting routing, bool renormalize, cudaStream_t stream);
+// MXFP4 scale bytes (e8m0) for which the kernels' fast conversion is exact (moe.cu mxfp4_piece_fast);
+// weights whose scales all lie here (MoeExpertWeights::scale_min / scale_max) run kernels without the
+// general conversion, whose code in the inner loops cost instruction-cache misses.
+inline constexpr unsigned kMxfp4FastScaleMin = 16, kMxfp4FastScaleMax = 129;
 struct MoeGemmArgs {
   void* out = nullptr;            // [pairs, out columns], row stride ld_out
   int64_t ld_out = 0;
@@ -39,6 +43,7 @@ struct MoeGemmArgs {
   int64_t pairs_per_x_row = 1;
   int num_experts = 0;            // E of the weights
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
+  bool mxfp4_fast_scales = false;  // every scale byte in [kMxfp4FastScaleMin, kMxfp4FastScaleMax]
   Activation act = Activation::kSilu;
 };
 // num_sms: the tiled kernel's persistent grid (a block an SM). tiled_min_rows: grouped rows (num_tiles x 8)
