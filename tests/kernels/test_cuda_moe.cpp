@@ -230,7 +230,8 @@ TEST(CudaMoe, Mxfp4CodesAndScalesConvertExactly) {
   for (const bool declared : {false, true}) {
     const std::vector<uint8_t>& exponents = declared ? fast_exponents : all_exponents;
     Rng rng(11);
-    Tensor blocks = Tensor::cpu({experts, n, k / 2}, DType::kU8), scales = Tensor::cpu({experts, n, k / 32}, DType::kU8);
+    Tensor blocks = Tensor::cpu({experts, n, k / 2}, DType::kU8);
+    Tensor scales = Tensor::cpu({experts, n, k / 32}, DType::kU8);
     for (int64_t i = 0; i < blocks.numel(); ++i) blocks.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng.below(256));
     for (int64_t i = 0; i < scales.numel(); ++i)
       scales.ptr<uint8_t>()[i] = exponents[static_cast<size_t>(i + i / 8) % exponents.size()];
@@ -250,7 +251,8 @@ TEST(CudaMoe, Mxfp4CodesAndScalesConvertExactly) {
         Tensor ids = be.alloc({tokens, 1}, DType::kI32), weights = be.alloc({tokens, 1}, DType::kF32);
         Tensor tile_pairs = be.alloc({tiles, kMoeTileRows}, DType::kI32), tile_experts = be.alloc({tiles}, DType::kI32);
         Tensor y = be.alloc({tokens, n}, DType::kBF16);
-        const Tensor x_on = on(be, x), logits_on = on(be, logits), blocks_on = on(be, blocks), scales_on = on(be, scales);
+        const Tensor x_on = on(be, x), logits_on = on(be, logits);
+        const Tensor blocks_on = on(be, blocks), scales_on = on(be, scales);
         MoeExpertWeights w{blocks_on.view(), scales_on.view(), TensorView{}};
         if (declared) w.scale_min = 16, w.scale_max = 129;
         be.moe_route(ids.view(), weights.view(), logits_on.view(), MoeRouting::kSoftmaxTopK, true);

@@ -1364,7 +1364,8 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
         cudaError_t e = two_tiles ? allow_dynamic_smem(gemv2_kernel, smem_optin_limit(), raised[1])
                                   : allow_dynamic_smem(gemv_kernel, smem_optin_limit(), raised[0]);
         if (e != cudaSuccess) return e;
-        const dim3 grid(static_cast<unsigned>(args.num_tiles), static_cast<unsigned>((gemv_groups + warps - 1) / warps));
+        const dim3 grid(static_cast<unsigned>(args.num_tiles),
+                        static_cast<unsigned>((gemv_groups + warps - 1) / warps));
         if (two_tiles)
           gemv2_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
         else

@@ -28,7 +28,10 @@ struct ByteBounds {
 ByteBounds bounds_of(const TensorInfo& info) {
   ByteBounds b;
   const auto* bytes = static_cast<const uint8_t*>(info.data);
-  for (size_t i = 0; i < info.nbytes; ++i) b.min = std::min<int>(b.min, bytes[i]), b.max = std::max<int>(b.max, bytes[i]);
+  for (size_t i = 0; i < info.nbytes; ++i) {
+    b.min = std::min<int>(b.min, bytes[i]);
+    b.max = std::max<int>(b.max, bytes[i]);
+  }
   return b;
 }
 
