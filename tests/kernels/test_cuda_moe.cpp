@@ -5,9 +5,13 @@
 // bf16 / f16, MXFP4 dequantized in registers; the FMA path for f32) and the combine, for T = 1, 7, 64,
 // 300 (experts without a token included); bitwise batch invariance of a token's output across the
 // decode kernel and the tiled one (and the tiled one forced at decode batches); every MXFP4 code under
-// a range of scales converted exactly by both.
+// a range of scales converted exactly by both. PrintsDecodeExpertGemmTime times the grouped expert
+// GEMM alone on released models' shapes (a benchmark; it asserts only that the products ran).
 // Skips without a GPU.
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -262,6 +266,91 @@ TEST(CudaMoe, Mxfp4CodesAndScalesConvertExactly) {
       }
       EXPECT_TRUE(same_bits(outs[0], outs[1]))
           << "declared " << declared << ", tokens " << tokens << ": " << compare_tensors(outs[0], outs[1], 0.0, 0.0);
+    }
+  }
+}
+
+// One projection of a released model's experts for the timing below.
+struct ExpertGemmShape {
+  const char* name;
+  int64_t experts, n, k;  // weights [E, n, k]
+  bool mxfp4, fused_act;  // gate_up: n = 2 x the out width, the activation fused
+};
+
+// The expert tensors of `shape` on the GPU: MXFP4 blocks and scales (bytes 118..121, declared as the
+// loader declares them, so the kernels without the general conversion run) or bf16 values, and a bias.
+std::vector<Tensor> expert_gemm_weights(Backend& gpu, const ExpertGemmShape& shape) {
+  const int64_t e = shape.experts, n = shape.n, k = shape.k;
+  std::vector<Tensor> w;
+  if (shape.mxfp4) {
+    w.push_back(cuda_test::bench_tensor(gpu, {e, n, k / 2}, DType::kU8, 1));
+    Tensor scales = Tensor::cpu({e, n, k / 32}, DType::kU8);
+    for (int64_t i = 0; i < scales.numel(); ++i) scales.ptr<uint8_t>()[i] = static_cast<uint8_t>(118 + i % 4);
+    w.push_back(cuda_test::to_device(gpu, scales.view()));
+  } else {
+    w.push_back(cuda_test::bench_tensor(gpu, {e, n, k}, DType::kBF16, 1, 0x3f));
+  }
+  w.push_back(cuda_test::bench_tensor(gpu, {e, n}, DType::kBF16, 2, 0x3f));
+  return w;
+}
+
+// us per grouped expert GEMM at decode batches (1, 16, 64 tokens routed by random logits, top k), on
+// gpt-oss-20b's MXFP4 experts (top 4 of 32) and Qwen3-30B-A3B's bf16 ones (top 8 of 128), the weights
+// cycling through copies past the L2 (a step reads each layer's experts once): the kernel alone, in
+// seconds instead of a model's minutes. Bytes: the chosen experts' weights, scales and biases.
+// Prints; asserts only that the products ran.
+TEST(CudaMoe, PrintsDecodeExpertGemmTime) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  struct Model {
+    int64_t top_k;
+    MoeRouting routing;
+    Activation act;
+    ExpertGemmShape gate_up, down;
+  };
+  const Model models[] = {
+      {4, MoeRouting::kTopKSoftmax, Activation::kClampedSwiglu,
+       {"gpt-oss-20b gate_up", 32, 5760, 2880, true, true}, {"gpt-oss-20b down", 32, 2880, 2880, true, false}},
+      {8, MoeRouting::kSoftmaxTopK, Activation::kSilu,
+       {"qwen3-30b-a3b gate_up", 128, 1536, 2048, false, true}, {"qwen3-30b-a3b down", 128, 2048, 768, false, false}}};
+  for (const Model& m : models) {
+    for (const ExpertGemmShape* shape : {&m.gate_up, &m.down}) {
+      // 8 copies: a batch of one reads 4 or 8 experts of each (33 or 50 MB), 264 MB or more in all.
+      const auto copies = cuda_test::bench_copies(*gpu, expert_gemm_weights(*gpu, *shape), 8);
+      const int64_t out_width = shape->fused_act ? shape->n / 2 : shape->n;
+      for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+        const int64_t pairs = tokens * m.top_k, tiles = moe_max_tiles(pairs, shape->experts);
+        Rng rng(static_cast<uint64_t>(tokens));
+        const Tensor logits = cuda_test::to_device(
+            *gpu, cuda_test::random_tensor({tokens, shape->experts}, DType::kBF16, rng).view());
+        Tensor ids = gpu->alloc({tokens, m.top_k}, DType::kI32), weights = gpu->alloc({tokens, m.top_k}, DType::kF32);
+        Tensor tile_pairs = gpu->alloc({tiles, kMoeTileRows}, DType::kI32);
+        Tensor tile_experts = gpu->alloc({tiles}, DType::kI32);
+        gpu->moe_route_group(ids.view(), weights.view(), tile_pairs.view(), tile_experts.view(), logits.view(),
+                             m.routing, true);
+        // gate_up reads a token's row for each of its pairs; down reads each pair's own row.
+        const int64_t x_rows = shape->fused_act ? tokens : pairs, pairs_per_x_row = shape->fused_act ? m.top_k : 1;
+        const Tensor x = cuda_test::bench_tensor(*gpu, {x_rows, shape->k}, DType::kBF16, 3, 0x3f);
+        const Tensor out = gpu->alloc({pairs, out_width}, DType::kBF16);
+        const std::optional<Activation> act = shape->fused_act ? std::optional<Activation>(m.act) : std::nullopt;
+        const double us = cuda_test::graph_us(*gpu, copies, [&](const std::vector<Tensor>& w) {
+          MoeExpertWeights experts{w[0].view(), shape->mxfp4 ? w[1].view() : TensorView{}, w.back().view()};
+          if (shape->mxfp4) experts.scale_min = 118, experts.scale_max = 121;
+          gpu->moe_expert_gemm(out.view(), x.view(), experts, tile_pairs.view(), tile_experts.view(),
+                               pairs_per_x_row, act);
+        });
+        const Tensor chosen = cuda_test::to_host(*gpu, tile_experts.view());
+        std::vector<int32_t> used(chosen.ptr<int32_t>(), chosen.ptr<int32_t>() + tiles);
+        std::sort(used.begin(), used.end());
+        used.erase(std::unique(used.begin(), used.end()), used.end());
+        const auto experts_used =
+            static_cast<int64_t>(std::count_if(used.begin(), used.end(), [](int32_t e) { return e >= 0; }));
+        double expert_bytes = 0;
+        for (const Tensor& t : copies.front()) expert_bytes += static_cast<double>(t.nbytes()) / shape->experts;
+        const double bytes = expert_bytes * static_cast<double>(experts_used);
+        std::printf("[moe expert gemm] %s, %ld tokens (%ld experts): %.2f us (%.0f GB/s)\n", shape->name,
+                    static_cast<long>(tokens), static_cast<long>(experts_used), us, bytes / us / 1e3);
+        EXPECT_GT(us, 0.0) << shape->name << ", " << tokens << " tokens";
+      }
     }
   }
 }

@@ -27,6 +27,9 @@ namespace {
 
 using attention_test::fill_nan;
 using attention_test::to_doubles;
+using cuda_test::bench_copies;
+using cuda_test::bench_tensor;
+using cuda_test::graph_us;
 using cuda_test::to_device;
 using cuda_test::to_host;
 
@@ -278,57 +281,6 @@ TEST(CudaQuantGemm, GemvConvertsEveryE4m3CodeExactly) {
     const Tensor got = gpu_product(*gpu, c, to_device(*gpu, ones.view()), 0, 0, 1);
     EXPECT_EQ(bitwise_diff(cpu_product(c, ones), got), "") << dtype_name(dtype);
   }
-}
-
-// A device tensor of pseudo-random bytes (each AND-ed with byte_mask) or, for f32, values in
-// [lo, lo + 2^-8): content for timing only, made without an f32 dequantization on the host.
-Tensor bench_tensor(Backend& gpu, Shape shape, DType dtype, uint64_t seed, uint8_t byte_mask = 0xff, float lo = 0.0f) {
-  Tensor host = Tensor::cpu(shape, dtype);
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  auto next_byte = [&state] { return static_cast<uint8_t>((state = state * 6364136223846793005ull + 1) >> 56); };
-  if (dtype == DType::kF32) {
-    float* p = host.view().ptr<float>();
-    for (int64_t i = 0; i < host.numel(); ++i) p[i] = lo + static_cast<float>(next_byte()) * 0x1.0p-16f;
-  } else {
-    uint8_t* p = static_cast<uint8_t*>(host.view().data);
-    for (size_t i = 0; i < host.nbytes(); ++i) p[i] = next_byte() & byte_mask;
-  }
-  return to_device(gpu, host.view());
-}
-
-// Copies of one weight (its format's tensors) that together outgrow the L2 (50 MB on an H100): a
-// decode step reads each layer's weight once, so a benchmark replaying one copy would time the L2.
-std::vector<std::vector<Tensor>> bench_copies(Backend& gpu, const std::vector<Tensor>& one) {
-  size_t bytes = 0;
-  for (const Tensor& t : one) bytes += t.nbytes();
-  const size_t count = std::max<size_t>(2, (size_t{256} << 20) / bytes + 1);
-  std::vector<std::vector<Tensor>> copies(count);
-  for (auto& copy : copies)
-    for (const Tensor& t : one) {
-      copy.push_back(gpu.alloc(t.shape(), t.dtype()));
-      gpu.copy(copy.back().view(), t.view());
-    }
-  return copies;
-}
-
-// us per product: every copy once per round, 4 rounds recorded in one graph (no launch gaps of the
-// host), the graph replayed 10 times after a warm-up.
-double graph_us(Backend& gpu, const std::vector<std::vector<Tensor>>& copies,
-                const std::function<void(const std::vector<Tensor>&)>& product) {
-  constexpr int kRounds = 4, kReplays = 10;
-  product(copies.front());  // grows a path's workspace (dequantization, W8A8) outside the capture
-  const std::unique_ptr<OpGraph> graph = gpu.capture([&] {
-    for (int r = 0; r < kRounds; ++r)
-      for (const auto& copy : copies) product(copy);
-  });
-  if (!graph) return 0.0;
-  graph->replay();
-  gpu.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kReplays; ++i) graph->replay();
-  gpu.synchronize();
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  return us / (kReplays * kRounds * static_cast<double>(copies.size()));
 }
 
 // GB/s of the decode GEMVs on Qwen3-8B's projection shapes (o [4096, 4096], q|k|v [6144, 4096],
