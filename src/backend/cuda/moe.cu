@@ -7,8 +7,9 @@
 // moe_gemv_kernel for decode-sized batches (a warp streams 16 weight rows of one expert over all of
 // K, as the mma's A operand, for one tile of up to 8 pairs, or two tiles of one expert where the
 // experts hold a tile of pairs on average: only the chosen experts are read, once per block) and
-// moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an SM: 256 weight rows of one expert times up to 16 of its tiles, both staged through shared memory
-// with cp.async). With the activation fused (gate_up), both kernels' 16-row groups are 8 gate rows
+// moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an SM: 256
+// weight rows of one expert times up to 16 of its tiles, both staged through shared memory with
+// cp.async). With the activation fused (gate_up), both kernels' 16-row groups are 8 gate rows
 // and the matching 8 up rows, so each epilogue has both halves of act(gate) * up.
 // MXFP4 experts (bf16 activations): 16 bytes of e2m1 nibbles and one e8m0 scale per lane and super-step,
 // converted exactly to bf16 in registers (table lookups with prmt and one bf16 multiply per pair).
@@ -433,11 +434,11 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
 
 // Decode-sized batches: grid (tiles, row groups / the block's warps); a warp owns one tile (or, in the
 // two-tile form below, two consecutive tiles of one expert) and 16 weight rows over all of K. The
-// weights are the mma's A operand (rows g and g + 8 of lane (g, t): all 16 rows do work) and the tile's x rows its B operand (x row g in lane (g, t)), so each 16-byte
-// piece of x feeds two weight rows and no operand holds zero padding (with x as A, half of A was
-// zero rows: twice the mma per weight byte, and ~6 register moves per mma to place the zeros; ncu
-// counted 211 instructions per 512 bytes of MXFP4 weights, 17% of them moves, and the kernel ran
-// at 0.9 TB/s). Each product is the tiled kernel's, element for element: the same k of every piece
+// weights are the mma's A operand (rows g and g + 8 of lane (g, t): all 16 rows do work) and the
+// tile's x rows its B operand (x row g in lane (g, t)), so each 16-byte piece of x feeds two weight
+// rows and no operand holds zero padding (with x as A, half of A was zero rows: twice the mma per
+// weight byte, and ~6 register moves per mma to place the zeros; ncu counted 211 instructions per
+// 512 bytes of MXFP4 weights, 17% of them moves, and the kernel ran at 0.9 TB/s). Each product is the tiled kernel's, element for element: the same k of every piece
 // meet in the same mma in the same order, only the roles of A and B are swapped.
 // The block stages its tile's x rows (all of K) in shared memory once, after issuing its first
 // weight loads: only the first staged_rows rows (a tile holds at most as many pairs as the step

@@ -7,12 +7,11 @@
 namespace pagellm::layers {
 
 void Linear::forward(Backend& backend, TensorView out, const TensorView& x) const {
-  if (format == WeightFormat::kDense && bias.defined()) {
-    backend.matmul_bias(out, x, weight, bias);
-    return;
-  }
   switch (format) {
-    case WeightFormat::kDense: backend.matmul(out, x, weight); break;
+    case WeightFormat::kDense:
+      if (bias.defined()) return backend.matmul_bias(out, x, weight, bias);  // one launch where it can
+      backend.matmul(out, x, weight);
+      break;
     case WeightFormat::kFp8Block: backend.matmul_fp8_block(out, x, weight, scales, block_n, block_k); break;
     case WeightFormat::kInt4: backend.matmul_int4(out, x, weight, scales, zeros, block_k); break;
     case WeightFormat::kMxfp4: backend.matmul_mxfp4(out, x, weight, scales); break;

@@ -22,17 +22,13 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ByteBounds {
-  int min = 256, max = -1;
+  int min, max;
 };
 
 ByteBounds bounds_of(const TensorInfo& info) {
-  ByteBounds b;
   const auto* bytes = static_cast<const uint8_t*>(info.data);
-  for (size_t i = 0; i < info.nbytes; ++i) {
-    b.min = std::min<int>(b.min, bytes[i]);
-    b.max = std::max<int>(b.max, bytes[i]);
-  }
-  return b;
+  const auto [low, high] = std::minmax_element(bytes, bytes + info.nbytes);
+  return {*low, *high};
 }
 
 TEST(GptOssMoeWeights, Mxfp4StacksCarryTheBoundsOfTheirScales) {
