@@ -519,13 +519,25 @@ struct RowPairStream {
     load_row(w.lo, lo, scale_lo, ok_lo && in_k, step);
     load_row(w.hi, hi, scale_hi, ok_hi && in_k, step);
   }
+  // A super-step wholly inside K, unpredicated: a row out of range reads row 0 of the expert (valid
+  // memory; its sums are never stored), so no per-load test is issued.
+  __device__ __forceinline__ void load_inside(RowPairStep<T, kMxfp4>& w, int step) const {
+    load_row(w.lo, lo, scale_lo, true, step);
+    load_row(w.hi, hi, scale_hi, true, step);
+  }
 };
 
+// The batch's super-steps; those of a batch wholly inside K (a warp-uniform test) unpredicated.
 template <typename T, bool kMxfp4, int kBatch>
 __device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[kBatch],
                                                     const RowPairStream<T, kMxfp4>& stream, int first_step) {
+  if ((first_step + kBatch) * kSuperK <= stream.k) {
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) stream.load(w[b], first_step + b);
+    for (int b = 0; b < kBatch; ++b) stream.load_inside(w[b], first_step + b);
+  } else {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) stream.load(w[b], first_step + b);
+  }
 }
 
 // c[j] += the batch's super-steps (those below `steps`) for the warp's first `tiles` tiles: weight rows
