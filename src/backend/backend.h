@@ -274,6 +274,16 @@ class Backend {
     add(hidden, hidden, delta);
     rms_norm(normed, hidden, w, eps, mode);
   }
+  // last[r] = rms_norm(round(hidden[rows[r]] + delta[rows[r]])) with w: the last block's residual add,
+  // the gather of the rows that sample and the final norm. hidden, delta [T, D]; rows [R] i32 in
+  // [0, T); last [R, D]. hidden's rows afterwards are unspecified (the default body adds delta into
+  // all of them; a device that gathers first leaves them as they were).
+  virtual void add_gather_rms_norm(TensorView last, TensorView hidden, const TensorView& delta, const TensorView& rows,
+                                   const TensorView& w, float eps, NormWeight mode) {
+    add(hidden, hidden, delta);
+    embedding(last, hidden, rows);
+    rms_norm(last, last, w, eps, mode);
+  }
   // The attention prologue of one layer, in place on q [T, nH, hd] and k [T, nKV, hd] (views into
   // the fused qkv rows): per-head rms_norm of q with q_norm[hd] and of k with k_norm[hd] (skipped
   // when q_norm is an empty view, data == nullptr: models without q/k norms), RoPE at positions[T], then k and v
@@ -382,6 +392,15 @@ class Backend {
   virtual void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
                            const TensorView& topk_weights, bool accumulate) {
     CHECK_MSG(false, "[{}] moe_combine is not implemented on this backend", name());
+  }
+
+  // moe_combine into out, then add_rms_norm(hidden, normed, out, w): the MoE block's combine fused with
+  // the residual add and the norm that opens the next block. out, hidden, normed [T, H].
+  virtual void moe_combine_add_rms_norm(TensorView out, TensorView hidden, TensorView normed, const TensorView& y,
+                                        const TensorView& topk_ids, const TensorView& topk_weights, bool accumulate,
+                                        const TensorView& w, float eps, NormWeight mode) {
+    moe_combine(out, y, topk_ids, topk_weights, accumulate);
+    add_rms_norm(hidden, normed, out, w, eps, mode);
   }
 
   // ids[R] (i32) = argmax over logits[R, V].

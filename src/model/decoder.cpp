@@ -201,22 +201,27 @@ void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, Ten
     if (layer.post_attention_norm.defined()) layer.post_attention_norm.forward(backend_, proj, proj);
     // Each block's residual add is fused with the norm that opens the next block.
     layer.pre_ffn_norm.add_forward(backend_, hidden, normed, proj);
+    const layers::RmsNorm* next_norm = i + 1 < layers_.size() ? &layers_[i + 1].input_norm : nullptr;
+    // A MoE block's combine takes the residual add and the next block's norm along where nothing comes
+    // between them (no all-reduce, no sandwich norm).
+    if (layer.moe && next_norm != nullptr && comm_ == nullptr && !layer.post_ffn_norm.defined()) {
+      moe_ffn_->forward(*layer.moe, normed, proj, MoeFfn::ResidualNorm{hidden, normed, next_norm});
+      continue;
+    }
     if (layer.moe) moe_ffn_->forward(*layer.moe, normed, proj);
     else mlp_.forward(layer.mlp, normed, proj);
     reduce(proj);
     if (layer.post_ffn_norm.defined()) layer.post_ffn_norm.forward(backend_, proj, proj);
-    if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
+    if (next_norm != nullptr) next_norm->add_forward(backend_, hidden, normed, proj);
   }
-  backend_.add(hidden, hidden, proj);
-  // Only the rows that sample go through the final norm and the vocabulary projection.
+  // Only the rows that sample take the last residual add, the final norm and the vocabulary projection.
   TensorView last = act_.rows(kLastRows, batch.logits_rows.numel());  // [R, H]
-  backend_.embedding(last, hidden, batch.logits_rows);
   if (comm_ == nullptr) {
-    head_.forward(backend_, logits, last);
+    head_.forward_rows(backend_, logits, last, hidden, proj, batch.logits_rows);
     return;
   }
   TensorView shard = act_.rows(kShardLogits, last.size(0)).reshape({last.size(0), vocab_shard_.count});  // [R, V / N]
-  head_.forward(backend_, shard, last);
+  head_.forward_rows(backend_, shard, last, hidden, proj, batch.logits_rows);
   comm_->gather_columns(logits, shard);  // rank 0's logits[R, V]
 }
 

@@ -132,7 +132,13 @@ void MoeFfn::shared_swiglu(const SwiGluWeights& w, const TensorView& x, TensorVi
   w.down.forward(backend_, y, act);
 }
 
-void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) {
+void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) { run(w, normed, out, nullptr); }
+
+void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out, const ResidualNorm& then) {
+  run(w, normed, out, &then);
+}
+
+void MoeFfn::run(const MoeWeights& w, const TensorView& normed, TensorView out, const ResidualNorm* then) {
   const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
   const int64_t top_k = config_.num_experts_per_tok, pairs = num_tokens * top_k;
   // The shared expert writes `out` first and the routed experts add into it; without one the combine
@@ -160,7 +166,13 @@ void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView o
   backend_.moe_expert_gemm(act, normed, w.gate_up.view(), tile_pairs, tile_experts, top_k,
                            gpt_oss ? Activation::kClampedSwiglu : Activation::kSilu);
   backend_.moe_expert_gemm(expert_out, act, w.down.view(), tile_pairs, tile_experts, 1, std::nullopt);
-  backend_.moe_combine(out, expert_out, topk_ids, topk_weights, w.has_shared_expert());
+  if (then == nullptr) {
+    backend_.moe_combine(out, expert_out, topk_ids, topk_weights, w.has_shared_expert());
+    return;
+  }
+  const layers::RmsNorm& norm = *then->norm;
+  backend_.moe_combine_add_rms_norm(out, then->hidden, then->normed, expert_out, topk_ids, topk_weights,
+                                    w.has_shared_expert(), norm.weight, norm.eps, norm.mode);
 }
 
 }  // namespace pagellm

@@ -23,6 +23,7 @@
 #include "io/model_config.h"
 #include "model/activations.h"
 #include "model/layers/linear.h"
+#include "model/layers/norm.h"
 #include "model/weights.h"
 
 namespace pagellm {
@@ -79,10 +80,20 @@ Expected<ShardRange> gpt_oss_expert_shard(int64_t width, int rank, int size);
 class MoeFfn {
  public:
   MoeFfn(const ModelConfig& config, Backend& backend, MoeStyle style = MoeStyle::kQwen);
+  // What follows the block when the combine takes it along: hidden += out, then normed = norm(hidden)
+  // (the next block's input norm; `normed` may be the block's input, which is read before).
+  struct ResidualNorm {
+    TensorView hidden;
+    TensorView normed;
+    const layers::RmsNorm* norm = nullptr;
+  };
   // out[T, H] = MoE(normed[T, H]).
   void forward(const MoeWeights& weights, const TensorView& normed, TensorView out);
+  // The same, then `then` (Backend::moe_combine_add_rms_norm).
+  void forward(const MoeWeights& weights, const TensorView& normed, TensorView out, const ResidualNorm& then);
 
  private:
+  void run(const MoeWeights& weights, const TensorView& normed, TensorView out, const ResidualNorm* then);
   // The shared expert's SwiGLU over `x` into y.
   void shared_swiglu(const SwiGluWeights& weights, const TensorView& x, TensorView y);
 

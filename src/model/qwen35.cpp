@@ -271,24 +271,23 @@ void Qwen35Model::forward(const StepBatch& batch, const CacheViews& caches, Tens
     decoder_layer(layers_[i], batch, caches, hidden, normed, proj);
     if (i + 1 < layers_.size()) layers_[i + 1].input_norm.add_forward(backend_, hidden, normed, proj);
   }
-  backend_.add(hidden, hidden, proj);
   const int64_t num_rows = batch.logits_rows.numel();
   TensorView last = act_.rows(kLastRows, num_rows);  // [R, H]
   if (mtp_) {  // every row's final hidden state is the MTP head's input (norm then gather: the same rows)
+    backend_.add(hidden, hidden, proj);
     TensorView final_hidden = act_.rows(kFinalHidden, num_tokens);  // [T, H]
     head_.final_norm.forward(backend_, final_hidden, hidden);
     backend_.embedding(last, final_hidden, batch.logits_rows);
     backend_.matmul(logits, last, head_.weight);
     return;
   }
-  // Only the rows that sample go through the final norm and the vocabulary projection.
-  backend_.embedding(last, hidden, batch.logits_rows);
+  // Only the rows that sample take the last residual add, the final norm and the vocabulary projection.
   if (comm_ == nullptr) {
-    head_.forward(backend_, logits, last);
+    head_.forward_rows(backend_, logits, last, hidden, proj, batch.logits_rows);
     return;
   }
   TensorView shard = act_.rows(kShardLogits, num_rows).reshape({num_rows, vocab_shard_.count});  // [R, V / N]
-  head_.forward(backend_, shard, last);
+  head_.forward_rows(backend_, shard, last, hidden, proj, batch.logits_rows);
   comm_->gather_columns(logits, shard);  // rank 0's logits[R, V]
 }
 

@@ -362,6 +362,44 @@ TEST(CudaOps, FusedAddRmsNormEqualsAddThenNorm) {
   }
 }
 
+// The last block's add, the gather of the sampling rows and the final norm in one op: `last` bitwise the
+// GPU's add, embedding (gather) and rms_norm, within the norm tolerance of the CPU twin, for every norm
+// form (128: the warp form, three launches; 9,000: shared memory) and gathers that repeat and reorder rows.
+TEST(CudaOps, AddGatherRmsNormEqualsAddGatherThenNorm) {
+  PAGELLM_GPU_OR_SKIP(gpu);
+  CpuBackend cpu;
+  Rng rng(12);
+  const std::vector<std::vector<int32_t>> gathers = {{0}, {36}, {36, 0, 5, 5, 17}};
+  for (DType dtype : kFloatTypes) {
+    for (int64_t d : {128, 1024, 2880, 5120, 9000}) {
+      for (const std::vector<int32_t>& gather : gathers) {
+        const int64_t tokens = 37, num_rows = static_cast<int64_t>(gather.size());
+        SCOPED_TRACE(fmt::format("{} d{} rows {}", dtype_name(dtype), d, num_rows));
+        const Tensor hidden = random_tensor({tokens, d}, dtype, rng, -3, 3), delta = random_tensor({tokens, d}, dtype, rng, -3, 3);
+        const Tensor w = random_tensor({d}, dtype, rng, -1.5f, 1.5f);
+        Tensor rows = Tensor::cpu({num_rows}, DType::kI32);
+        std::memcpy(rows.view().data, gather.data(), gather.size() * sizeof(int32_t));
+        Tensor want = Tensor::cpu({num_rows, d}, dtype), cpu_hidden = Tensor::cpu({tokens, d}, dtype);
+        std::memcpy(cpu_hidden.view().data, hidden.view().data, hidden.nbytes());
+        cpu.add_gather_rms_norm(want.view(), cpu_hidden.view(), delta.view(), rows.view(),
+                                converted(w, DType::kF32).view(), 1e-6f, NormWeight::kPlain);
+        const Tensor w_dev = to_device(*gpu, w.view()), delta_dev = to_device(*gpu, delta.view());
+        const Tensor rows_dev = to_device(*gpu, rows.view());
+        Tensor fused_hidden = to_device(*gpu, hidden.view()), fused = poisoned(*gpu, {num_rows, d}, dtype);
+        gpu->add_gather_rms_norm(fused.view(), fused_hidden.view(), delta_dev.view(), rows_dev.view(), w_dev.view(), 1e-6f,
+                                 NormWeight::kPlain);
+        Tensor plain_hidden = to_device(*gpu, hidden.view()), plain = poisoned(*gpu, {num_rows, d}, dtype);
+        gpu->add(plain_hidden.view(), plain_hidden.view(), delta_dev.view());
+        gpu->embedding(plain.view(), plain_hidden.view(), rows_dev.view());
+        gpu->rms_norm(plain.view(), plain.view(), w_dev.view(), 1e-6f, NormWeight::kPlain);
+        const Tensor got = to_host(*gpu, fused.view());
+        EXPECT_EQ(compare_tensors(to_host(*gpu, plain.view()), got, 0, 0), "") << "vs unfused";
+        EXPECT_EQ(compare_tensors(want, got, ulps(dtype, 2).rel, 1e-5), "") << "vs cpu";
+      }
+    }
+  }
+}
+
 // The fused attention prologue (q/k norm + RoPE + write_kv) on a fused qkv buffer: bitwise the
 // unfused CUDA ops, and within the rope tolerance of the CPU twin (Backend's default body). Also on
 // Qwen3.5's gated layout (q_proj rows (q_h | gate_h) per head: q heads 2 hd apart, the gates left

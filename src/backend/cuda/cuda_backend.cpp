@@ -14,6 +14,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "backend/cuda/cublaslt_fp8_matmul.h"
 #include "backend/cuda/cublaslt_matmul.h"
@@ -69,6 +70,23 @@ void check_same_rows(const cuda::Rows& a, const cuda::Rows& b, const char* op) {
 void check_dtype(const TensorView& v, DType want, const char* op, const char* name) {
   CHECK_MSG(v.dtype == want, "[cuda] {}: {} is {}, expected {} (one dtype per op on the GPU)", op, name,
             dtype_name(v.dtype), dtype_name(want));
+}
+
+// A norm's weight for rows of `row_size`: the rows' dtype, contiguous [row_size] on the GPU.
+void check_norm_weight(const TensorView& w, DType dtype, int64_t row_size, const char* op) {
+  check_dtype(w, dtype, op, "w");
+  CHECK_MSG(w.device == Device::kCuda && w.numel() == row_size && w.is_contiguous(),
+            "[cuda] {}: w{} does not match rows of {}", op, w.shape.to_string(), row_size);
+}
+
+// add_rms_norm's views (hidden, normed, delta: equal rows of one dtype; w), checked for `op`.
+void check_add_norm_views(const cuda::Rows& h, const cuda::Rows& n, const cuda::Rows& d, const TensorView& hidden,
+                          const TensorView& normed, const TensorView& delta, const TensorView& w, const char* op) {
+  check_same_rows(h, n, op);
+  check_same_rows(h, d, op);
+  check_dtype(normed, hidden.dtype, op, "normed");
+  check_dtype(delta, hidden.dtype, op, "delta");
+  check_norm_weight(w, hidden.dtype, h.row_size, op);
 }
 
 // A Linear's bias for `columns` outputs: x's dtype, contiguous [columns] on the GPU.
@@ -228,6 +246,8 @@ class CudaBackend final : public Backend {
                 const TensorView& rows) override;  // sampling.cu
   void add_rms_norm(TensorView hidden, TensorView normed, const TensorView& delta, const TensorView& w, float eps,
                     NormWeight mode) override;
+  void add_gather_rms_norm(TensorView last, TensorView hidden, const TensorView& delta, const TensorView& rows,
+                           const TensorView& w, float eps, NormWeight mode) override;
   void qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
                              const TensorView& k_norm, float eps, NormWeight mode, const TensorView& positions,
                              const TensorView& inv_freq, float attention_scaling, TensorView k_cache,
@@ -251,6 +271,9 @@ class CudaBackend final : public Backend {
                        const TensorView& tile_experts, int64_t pairs_per_x_row, std::optional<Activation> act) override;
   void moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
                    const TensorView& topk_weights, bool accumulate) override;
+  void moe_combine_add_rms_norm(TensorView out, TensorView hidden, TensorView normed, const TensorView& y,
+                                const TensorView& topk_ids, const TensorView& topk_weights, bool accumulate,
+                                const TensorView& w, float eps, NormWeight mode) override;
   void add_rows_scaled(TensorView out, const TensorView& x, const TensorView& row_ids,
                        const TensorView& weights) override;
 
@@ -771,9 +794,7 @@ void CudaBackend::rms_norm(TensorView out, const TensorView& x, const TensorView
   const cuda::Rows in = rows_of(x, "rms_norm", "x"), dst = rows_of(out, "rms_norm", "out");
   check_same_rows(in, dst, "rms_norm");
   check_dtype(out, x.dtype, "rms_norm", "out");
-  check_dtype(w, x.dtype, "rms_norm", "w");
-  CHECK_MSG(w.device == Device::kCuda && w.numel() == in.row_size && w.is_contiguous(),
-            "[cuda] rms_norm: w{} does not match rows of {}", w.shape.to_string(), in.row_size);
+  check_norm_weight(w, x.dtype, in.row_size, "rms_norm");
   CUDA_CHECK(cuda::launch_rms_norm(x.dtype, dst, in, w.data, eps, cuda::norm_form(mode), stream()));
 }
 
@@ -1048,14 +1069,22 @@ void CudaBackend::add_rms_norm(TensorView hidden, TensorView normed, const Tenso
                                float eps, NormWeight mode) {
   const cuda::Rows h = rows_of(hidden, "add_rms_norm", "hidden"), n = rows_of(normed, "add_rms_norm", "normed"),
                    d = rows_of(delta, "add_rms_norm", "delta");
-  check_same_rows(h, n, "add_rms_norm");
-  check_same_rows(h, d, "add_rms_norm");
-  check_dtype(normed, hidden.dtype, "add_rms_norm", "normed");
-  check_dtype(delta, hidden.dtype, "add_rms_norm", "delta");
-  check_dtype(w, hidden.dtype, "add_rms_norm", "w");
-  CHECK_MSG(w.device == Device::kCuda && w.numel() == h.row_size && w.is_contiguous(),
-            "[cuda] add_rms_norm: w{} does not match rows of {}", w.shape.to_string(), h.row_size);
+  check_add_norm_views(h, n, d, hidden, normed, delta, w, "add_rms_norm");
   CUDA_CHECK(cuda::launch_add_rms_norm(hidden.dtype, h, n, d, w.data, eps, cuda::norm_form(mode), stream()));
+}
+
+void CudaBackend::add_gather_rms_norm(TensorView last, TensorView hidden, const TensorView& delta,
+                                      const TensorView& rows, const TensorView& w, float eps, NormWeight mode) {
+  const char* op = "add_gather_rms_norm";
+  const cuda::Rows out = rows_of(last, op, "last"), h = rows_of(hidden, op, "hidden"), d = rows_of(delta, op, "delta");
+  check_same_rows(h, d, op);
+  CHECK_MSG(out.row_size == h.row_size, "[cuda] {}: last rows of {} for hidden rows of {}", op, out.row_size, h.row_size);
+  check_dtype(last, hidden.dtype, op, "last");
+  check_dtype(delta, hidden.dtype, op, "delta");
+  check_norm_weight(w, hidden.dtype, h.row_size, op);
+  check_index_vector(rows, DType::kI32, out.num_rows, op, "rows");
+  CUDA_CHECK(cuda::launch_add_gather_rms_norm(hidden.dtype, out, h, d, rows.ptr<int32_t>(), w.data, eps,
+                                              cuda::norm_form(mode), stream()));
 }
 
 void CudaBackend::qk_norm_rope_write_kv(TensorView q, TensorView k, const TensorView& v, const TensorView& q_norm,
@@ -1322,9 +1351,11 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, kernel_options_.moe_tiled_min_rows, stream()));
 }
 
-void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
-                              const TensorView& topk_weights, bool accumulate) {
-  const char* op = "moe_combine";
+// moe_combine's views: out [T, H] rows, y [T * k, H] rows of out's dtype, topk_ids [T, k] i32 (k <= 32),
+// topk_weights [T, k] f32.
+std::pair<cuda::Rows, cuda::Rows> check_combine_views(const TensorView& out, const TensorView& y,
+                                                      const TensorView& topk_ids, const TensorView& topk_weights,
+                                                      const char* op) {
   const cuda::Rows dst = rows_of(out, op, "out"), in = rows_of(y, op, "y");
   CHECK_MSG(topk_ids.ndim() == 2 && topk_ids.size(0) == dst.num_rows && in.num_rows == topk_ids.numel() &&
                 in.row_size == dst.row_size,
@@ -1334,8 +1365,26 @@ void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorV
   check_index_vector(topk_ids, DType::kI32, topk_ids.numel(), op, "topk_ids");
   check_index_vector(topk_weights, DType::kF32, topk_ids.numel(), op, "topk_weights");
   CHECK_MSG(topk_ids.size(1) <= 32, "[cuda] {}: {} experts per token; the combine takes at most 32", op, topk_ids.size(1));
+  return {dst, in};
+}
+
+void CudaBackend::moe_combine(TensorView out, const TensorView& y, const TensorView& topk_ids,
+                              const TensorView& topk_weights, bool accumulate) {
+  const auto [dst, in] = check_combine_views(out, y, topk_ids, topk_weights, "moe_combine");
   CUDA_CHECK(cuda::launch_moe_combine(out.dtype, dst, in, topk_ids.ptr<int32_t>(), topk_weights.ptr<float>(),
                                       topk_ids.size(1), accumulate, stream()));
+}
+
+void CudaBackend::moe_combine_add_rms_norm(TensorView out, TensorView hidden, TensorView normed, const TensorView& y,
+                                           const TensorView& topk_ids, const TensorView& topk_weights, bool accumulate,
+                                           const TensorView& w, float eps, NormWeight mode) {
+  const char* op = "moe_combine_add_rms_norm";
+  const auto [dst, in] = check_combine_views(out, y, topk_ids, topk_weights, op);
+  const cuda::Rows h = rows_of(hidden, op, "hidden"), n = rows_of(normed, op, "normed");
+  check_add_norm_views(h, n, dst, hidden, normed, out, w, op);
+  CUDA_CHECK(cuda::launch_moe_combine_add_rms_norm(out.dtype, dst, h, n, in, topk_ids.ptr<int32_t>(),
+                                                   topk_weights.ptr<float>(), topk_ids.size(1), accumulate, w.data,
+                                                   eps, cuda::norm_form(mode), stream()));
 }
 
 }  // namespace

@@ -8,25 +8,18 @@
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kv_fp8.cuh"
+#include "backend/cuda/row_norm.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kNormThreads;  // the norms' block form and block_reduce
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Below this many tokens the q/k prologue gives each head its own warp (blocks of head groups):
 // fewer tokens than SMs leave most of the GPU idle otherwise.
 constexpr int64_t kFewPrologueTokens = 64;
 
 // ----- rms_norm: one warp per row ---------------------------------------------------------------
-
-// One normalised element with its weight (NormForm); kPlain follows transformers' Llama norm, which
-// casts the normalised value to the activation dtype before the weight multiply.
-template <typename T>
-__device__ __forceinline__ float weighted_norm(float v, float inv_rms, float weight, NormForm form) {
-  return form.f32_product ? __fmul_rn(__fmul_rn(v, inv_rms), form.offset + weight)
-                          : __fmul_rn(weight, round_to<T>(__fmul_rn(v, inv_rms)));
-}
 
 template <typename T>
 __global__ void rms_norm_kernel(Rows out, Rows x, const T* __restrict__ w, float eps, NormForm form) {
@@ -314,20 +307,6 @@ __device__ MaxIndex block_argmax(MaxIndex v) {
   return result;
 }
 
-// kMax: block max; else block sum (partials folded in a fixed order).
-template <bool kMax>
-__device__ float block_reduce(float v) {
-  __shared__ float partial[kWarpsPerBlock];
-  v = kMax ? warp_max(v) : warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float result = partial[0];
-  for (int w = 1; w < kWarpsPerBlock; ++w) result = kMax ? fmaxf(result, partial[w]) : result + partial[w];
-  __syncthreads();
-  return result;
-}
-
 template <typename T>
 __global__ void log_softmax_kernel(Rows out, Rows logits) {
   const int64_t row = blockIdx.x;
@@ -346,21 +325,30 @@ __global__ void log_softmax_kernel(Rows out, Rows logits) {
 // ----- long rows: one block per row ---------------------------------------------------------
 // rms_norm / add_rms_norm of rows of at least kBlockRowMin elements (the hidden size): a warp per
 // row would load its 32+ elements per lane one after another (latency-bound, ~20 us a row); a block
-// loads the row into shared memory with every load in flight at once, then reduces.
-constexpr int64_t kBlockRowMin = 512;
+// loads the row with every load in flight at once, then reduces (row_norm.cuh).
 constexpr int64_t kBlockRowMax = 12 * 1024;  // f32 row in 48 KB of shared memory
 
 bool use_block_rows(int64_t row_size) { return row_size >= kBlockRowMin && row_size <= kBlockRowMax; }
 
-// kAdd: x += delta first (rounded, stored back into x), as add_rms_norm_kernel.
+// Out row r reads row src_rows[r] of x (and delta), or row r where src_rows is null. kAdd: x + delta
+// first (rounded), stored back into x unless the rows are gathered (add_gather_rms_norm leaves hidden
+// as it was).
+// Traps on a gathered row outside x (a broken invariant: the rows are validated on the host).
+__device__ __forceinline__ int64_t norm_source_row(const int32_t* src_rows, const Rows& x) {
+  if (src_rows == nullptr) return blockIdx.x;
+  const int64_t row = src_rows[blockIdx.x];
+  if (row < 0 || row >= x.num_rows) __trap();
+  return row;
+}
+
 // Rows of up to kThreads * kPerThread elements keep their values and weights in registers: every
 // global read of the row (x, delta and the norm weight) is issued before the first is used, so the
 // block waits for memory once. (The weight used to be read after the reduction: a second memory
 // latency on the path of every decode step's two norms a layer.)
 template <typename T, bool kAdd, int kPerThread>
 __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, Rows delta, const T* __restrict__ w,
-                                                              float eps, NormForm form) {
-  const int64_t row = blockIdx.x;
+                                                              float eps, NormForm form, const int32_t* src_rows) {
+  const int64_t row = norm_source_row(src_rows, x);
   const int d = static_cast<int>(x.row_size);  // <= kThreads * kPerThread
   const int first = static_cast<int>(threadIdx.x);
   T* src = row_ptr<T>(x, row);
@@ -376,29 +364,17 @@ __global__ void __launch_bounds__(kThreads) block_norm_kernel(Rows out, Rows x, 
       weight[j] = to_f32(w[i]);
     }
   }
-  float sum_sq = 0.0f;  // ascending i within a thread, as the shared-memory form below
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j)
-    if (first + j * kThreads < d) sum_sq += v[j] * v[j];
-  sum_sq = block_reduce<false>(sum_sq);  // also orders every load above before the stores below
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
-  T* dst = row_ptr<T>(out, row);
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = first + j * kThreads;
-    if (i < d) {
-      if constexpr (kAdd) src[i] = from_f32<T>(v[j]);
-      dst[i] = from_f32<T>(weighted_norm<T>(v[j], inv_rms, weight[j], form));
-    }
-  }
+  store_normed_row<T>(v, weight, d, eps, form, kAdd && src_rows == nullptr ? src : nullptr,
+                      row_ptr<T>(out, blockIdx.x));
 }
 
 // Rows longer than the register form takes: the row in shared memory (f32), the same arithmetic.
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kThreads) block_norm_smem_kernel(Rows out, Rows x, Rows delta,
-                                                                   const T* __restrict__ w, float eps, NormForm form) {
+                                                                   const T* __restrict__ w, float eps, NormForm form,
+                                                                   const int32_t* src_rows) {
   extern __shared__ float row_f32[];
-  const int64_t row = blockIdx.x;
+  const int64_t row = norm_source_row(src_rows, x);
   const int d = static_cast<int>(x.row_size);  // <= kBlockRowMax
   const int first = static_cast<int>(threadIdx.x);
   T* src = row_ptr<T>(x, row);
@@ -412,35 +388,35 @@ __global__ void __launch_bounds__(kThreads) block_norm_smem_kernel(Rows out, Row
 #pragma unroll 8
     for (int i = first; i < d; i += kThreads) row_f32[i] = to_f32(src[i]);
   }
-  float sum_sq = 0.0f;  // each thread reads back only the elements it stored
+  float sum_sq = 0.0f;  // each thread reads back only the elements it stored; ascending i, as the register form
   for (int i = first; i < d; i += kThreads) sum_sq += row_f32[i] * row_f32[i];
   sum_sq = block_reduce<false>(sum_sq);  // also orders every load above before the stores below
   const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
-  T* dst = row_ptr<T>(out, row);
+  T* dst = row_ptr<T>(out, blockIdx.x);
+  const bool store_sum = kAdd && src_rows == nullptr;
 #pragma unroll 8
   for (int i = first; i < d; i += kThreads) {
     const float v = row_f32[i];
-    if constexpr (kAdd) src[i] = from_f32<T>(v);
+    if (store_sum) src[i] = from_f32<T>(v);
     const float weight = to_f32(w[i]);
     const float y = weighted_norm<T>(v, inv_rms, weight, form);
     dst[i] = from_f32<T>(y);
   }
 }
 
-// One block per row of `hidden`; the form by row length (the same for rms_norm and add_rms_norm, so
-// the fused and unfused norms stay equal bit for bit).
+// One block per row of `out`; the form by row length (the same for rms_norm, add_rms_norm and
+// add_gather_rms_norm, so the fused and unfused norms stay equal bit for bit).
 template <typename T, bool kAdd>
-void launch_block_norm(Rows out, Rows x, Rows delta, const T* w, float eps, NormForm form, cudaStream_t stream) {
-  const auto rows = static_cast<unsigned>(x.num_rows);
-  if (x.row_size <= kThreads * 4) {
-    block_norm_kernel<T, kAdd, 4><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
-  } else if (x.row_size <= kThreads * 16) {
-    block_norm_kernel<T, kAdd, 16><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
-  } else if (x.row_size <= kThreads * 32) {
-    block_norm_kernel<T, kAdd, 32><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form);
-  } else {
-    block_norm_smem_kernel<T, kAdd><<<rows, kThreads, x.row_size * sizeof(float), stream>>>(out, x, delta, w, eps, form);
-  }
+void launch_block_norm(Rows out, Rows x, Rows delta, const T* w, float eps, NormForm form, cudaStream_t stream,
+                       const int32_t* src_rows = nullptr) {
+  const auto rows = static_cast<unsigned>(out.num_rows);
+  const bool in_registers = with_norm_registers(x.row_size, [&](auto per_thread) {
+    block_norm_kernel<T, kAdd, decltype(per_thread)::value><<<rows, kThreads, 0, stream>>>(out, x, delta, w, eps, form,
+                                                                                           src_rows);
+  });
+  if (!in_registers)
+    block_norm_smem_kernel<T, kAdd><<<rows, kThreads, x.row_size * sizeof(float), stream>>>(out, x, delta, w, eps, form,
+                                                                                          src_rows);
 }
 
 // ----- argmax in two passes: kArgmaxSplits blocks per row, then one warp per row ------------------
@@ -525,6 +501,21 @@ cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delt
     }
     add_rms_norm_kernel<T><<<blocks_for(hidden.num_rows, kWarpsPerBlock), kThreads, 0, stream>>>(
         hidden, normed, delta, static_cast<const T*>(w), eps, form);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_add_gather_rms_norm(DType dtype, Rows out, Rows hidden, Rows delta, const int32_t* rows,
+                                       const void* w, float eps, NormForm form, cudaStream_t stream) {
+  if (out.num_rows == 0) return cudaSuccess;
+  if (!use_block_rows(hidden.row_size)) {  // rows of the warp form: the three ops it stands for
+    cudaError_t e = launch_add(dtype, hidden, hidden, delta, stream);
+    if (e == cudaSuccess) e = launch_embedding(dtype, out, hidden, rows, stream);
+    return e == cudaSuccess ? launch_rms_norm(dtype, out, out, w, eps, form, stream) : e;
+  }
+  return dispatch_float(dtype, [&](auto t) {
+    using T = decltype(t);
+    launch_block_norm<T, true>(out, hidden, delta, static_cast<const T*>(w), eps, form, stream, rows);
     return cudaGetLastError();
   });
 }

@@ -61,6 +61,11 @@ cudaError_t launch_embedding(DType dtype, Rows out, Rows table, const int32_t* i
 // block fused with the norm that opens the next. One warp per row, like launch_rms_norm.
 cudaError_t launch_add_rms_norm(DType dtype, Rows hidden, Rows normed, Rows delta, const void* w, float eps,
                                 NormForm form, cudaStream_t stream);
+// out row r = rms_norm(hidden row rows[r] + delta row rows[r]) * w (Backend::add_gather_rms_norm): the
+// last block's residual add, the gather of the rows that sample and the final norm in one launch
+// where rows take the block form (else the three launches; hidden is then left holding the sums).
+cudaError_t launch_add_gather_rms_norm(DType dtype, Rows out, Rows hidden, Rows delta, const int32_t* rows,
+                                       const void* w, float eps, NormForm form, cudaStream_t stream);
 // ids[r] = first index of the maximum of logits row r. Scratch: part_value, part_index
 // [num_rows * kArgmaxScratchPerRow] (the per-split maxima of the first pass).
 inline constexpr int64_t kArgmaxScratchPerRow = 64;

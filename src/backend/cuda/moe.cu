@@ -24,6 +24,7 @@
 #include "backend/cuda/mma_16816.cuh"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/quant_pairs.cuh"
+#include "backend/cuda/row_norm.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -1233,30 +1234,85 @@ __global__ void moe_gemm_fma_kernel(MoeGemmArgs a) {
 constexpr int kCombineThreads = 256;
 constexpr int kMaxCombineSlots = 32;
 
+// The token's slots in ascending expert order (insertion sort, stable), by thread 0 into order[top_k].
+__device__ __forceinline__ void combine_order(const int32_t* __restrict__ ids, int top_k, int* order) {
+  if (threadIdx.x != 0) return;
+  for (int j = 0; j < top_k; ++j) {
+    int i = j;
+    for (; i > 0 && ids[order[i - 1]] > ids[j]; --i) order[i] = order[i - 1];
+    order[i] = j;
+  }
+}
+
+// One slot of the combine: acc + weight * y, the product and the sum each rounded to T.
+template <typename T>
+__device__ __forceinline__ float combine_step(float acc, float weight, float y) {
+  return round_to<T>(__fadd_rn(acc, round_to<T>(__fmul_rn(weight, y))));
+}
+
 template <typename T>
 __global__ void moe_combine_kernel(Rows out, Rows y, const int32_t* __restrict__ topk_ids,
                                    const float* __restrict__ topk_weights, int top_k, bool accumulate) {
-  __shared__ int order[kMaxCombineSlots];  // the token's slots in ascending expert order
+  __shared__ int order[kMaxCombineSlots];
   const int64_t t = blockIdx.x;
-  const int32_t* ids = topk_ids + t * top_k;
-  if (threadIdx.x == 0) {
-    for (int j = 0; j < top_k; ++j) {  // insertion sort, stable
-      int i = j;
-      for (; i > 0 && ids[order[i - 1]] > ids[j]; --i) order[i] = order[i - 1];
-      order[i] = j;
-    }
-  }
+  combine_order(topk_ids + t * top_k, top_k, order);
   __syncthreads();
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (c >= out.row_size) return;
   T* dst = row_ptr<T>(out, t);
   float acc = accumulate ? to_f32(dst[c]) : 0.0f;
   for (int i = 0; i < top_k; ++i) {
-    const int j = order[i];
-    const float scaled = round_to<T>(__fmul_rn(topk_weights[t * top_k + j], to_f32(row_ptr<const T>(y, t * top_k + j)[c])));
-    acc = round_to<T>(__fadd_rn(acc, scaled));
+    const int64_t pair = t * top_k + order[i];
+    acc = combine_step<T>(acc, topk_weights[pair], to_f32(row_ptr<const T>(y, pair)[c]));
   }
   dst[c] = from_f32<T>(acc);
+}
+
+// The combine of one token, then the residual add and the norm of the next block (row_norm.cuh's
+// register form, so the bits of moe_combine then add_rms_norm). A block a token: at a decode batch the
+// two launches cost more than the work they split.
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kNormThreads)
+    moe_combine_norm_kernel(Rows out, Rows hidden, Rows normed, Rows y, const int32_t* __restrict__ topk_ids,
+                            const float* __restrict__ topk_weights, int top_k, bool accumulate,
+                            const T* __restrict__ w, float eps, NormForm form) {
+  __shared__ int order[kMaxCombineSlots];
+  const int64_t t = blockIdx.x;
+  combine_order(topk_ids + t * top_k, top_k, order);
+  __syncthreads();
+  const int d = static_cast<int>(hidden.row_size);
+  T* dst = row_ptr<T>(out, t);
+  T* h = row_ptr<T>(hidden, t);
+  // Slot by slot over all of a thread's elements, so each slot's loads are in flight together (element
+  // by element, each slot's load waited for in turn, the kernel took longer than the two it replaces).
+  float v[kPerThread], weight[kPerThread], delta[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kNormThreads;
+    const bool in = i < d;
+    delta[j] = in && accumulate ? to_f32(dst[i]) : 0.0f;
+    v[j] = in ? to_f32(h[i]) : 0.0f;
+    weight[j] = in ? to_f32(w[i]) : 0.0f;
+  }
+  for (int s = 0; s < top_k; ++s) {
+    const int64_t pair = t * top_k + order[s];
+    const float slot_weight = topk_weights[pair];
+    const T* slot_y = row_ptr<const T>(y, pair);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kNormThreads;
+      if (i < d) delta[j] = combine_step<T>(delta[j], slot_weight, to_f32(slot_y[i]));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kNormThreads;
+    if (i < d) {
+      dst[i] = from_f32<T>(delta[j]);
+      v[j] = round_to<T>(__fadd_rn(v[j], delta[j]));
+    }
+  }
+  store_normed_row<T>(v, weight, d, eps, form, h, row_ptr<T>(normed, t));
 }
 
 }  // namespace
@@ -1421,6 +1477,28 @@ cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* top
                                                                  static_cast<int>(top_k), accumulate);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launch_moe_combine_add_rms_norm(DType dtype, Rows out, Rows hidden, Rows normed, Rows y,
+                                            const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
+                                            bool accumulate, const void* w, float eps, NormForm form,
+                                            cudaStream_t stream) {
+  if (top_k < 1 || top_k > kMaxCombineSlots || out.num_rows > 0x7fffffff) return cudaErrorInvalidValue;
+  if (out.num_rows == 0 || out.row_size == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
+  const bool fused = hidden.row_size >= kBlockRowMin && with_norm_registers(hidden.row_size, [&](auto per_thread) {
+    status = dispatch_float(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      moe_combine_norm_kernel<T, decltype(per_thread)::value><<<static_cast<unsigned>(out.num_rows), kNormThreads, 0,
+                                                                stream>>>(
+          out, hidden, normed, y, topk_ids, topk_weights, static_cast<int>(top_k), accumulate, static_cast<const T*>(w),
+          eps, form);
+      return cudaGetLastError();
+    });
+  });
+  if (fused) return status;
+  status = launch_moe_combine(dtype, out, y, topk_ids, topk_weights, top_k, accumulate, stream);
+  return status == cudaSuccess ? launch_add_rms_norm(dtype, hidden, normed, out, w, eps, form, stream) : status;
 }
 
 }  // namespace pagellm::cuda

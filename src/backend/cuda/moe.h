@@ -1,5 +1,5 @@
 // Launchers of the MoE kernels (moe.cu): backend.h moe_route, moe_group, moe_route_group, moe_expert_gemm,
-// moe_combine.
+// moe_combine, moe_combine_add_rms_norm.
 // cuda_backend.cpp validates the views and calls these; plain pointers and kernels.h Rows only.
 #pragma once
 
@@ -55,5 +55,12 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
 // +0 instead of out's rows when !accumulate.
 cudaError_t launch_moe_combine(DType dtype, Rows out, Rows y, const int32_t* topk_ids, const float* topk_weights,
                                int64_t top_k, bool accumulate, cudaStream_t stream);
+// launch_moe_combine, then hidden += out and normed = rms_norm(hidden) * w as launch_add_rms_norm
+// computes them (Backend::moe_combine_add_rms_norm): one block a token where rows take the norm's
+// register form (512 <= H <= 8,192), else the two launches.
+cudaError_t launch_moe_combine_add_rms_norm(DType dtype, Rows out, Rows hidden, Rows normed, Rows y,
+                                            const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
+                                            bool accumulate, const void* w, float eps, NormForm form,
+                                            cudaStream_t stream);
 
 }  // namespace pagellm::cuda

@@ -9,7 +9,17 @@ void TokenEmbedding::forward(Backend& backend, TensorView out, const TensorView&
 
 void LmHead::forward(Backend& backend, TensorView logits, TensorView last) const {
   final_norm.forward(backend, last, last);
-  backend.matmul(logits, last, weight);
+  project(backend, logits, last);
+}
+
+void LmHead::forward_rows(Backend& backend, TensorView logits, TensorView last, TensorView hidden,
+                          const TensorView& delta, const TensorView& rows) const {
+  backend.add_gather_rms_norm(last, hidden, delta, rows, final_norm.weight, final_norm.eps, final_norm.mode);
+  project(backend, logits, last);
+}
+
+void LmHead::project(Backend& backend, TensorView logits, const TensorView& normed) const {
+  backend.matmul(logits, normed, weight);
   if (final_softcap > 0.0f) backend.softcap(logits, final_softcap);
 }
 

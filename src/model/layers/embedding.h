@@ -23,6 +23,13 @@ struct LmHead {
 
   // logits[R, V] = head(final_norm(last[R, H])); normalises `last` in place.
   void forward(Backend& backend, TensorView logits, TensorView last) const;
+  // The same from the residual stream before its last add: last[r] = final_norm(hidden[rows[r]] +
+  // delta[rows[r]]) in one op (Backend::add_gather_rms_norm; hidden's rows are left unspecified), then
+  // logits[R, V] = head(last).
+  void forward_rows(Backend& backend, TensorView logits, TensorView last, TensorView hidden, const TensorView& delta,
+                    const TensorView& rows) const;
+  // logits[R, V] = head(normed[R, H]) (the vocabulary projection and the soft-cap).
+  void project(Backend& backend, TensorView logits, const TensorView& normed) const;
 };
 
 // lm_head.weight, or the embedding table when the checkpoint has none and ties them (else an error);
