@@ -131,61 +131,65 @@ TEST(CudaMoe, CombineIsBitwiseTheCpuTwin) {
 
 // The combine fused with the next block's residual add and norm: out, hidden and normed bitwise those
 // of moe_combine then add_rms_norm on the GPU, at hidden sizes of every norm form (64: the warp form and
-// 9,000: the shared-memory form, both two launches; 1,000 and 2,880: the fused kernel); out and hidden
-// bitwise the CPU twin's, normed within its norm tolerance.
+// 9,000: the shared-memory form, both two launches; 1,000 to 5,000: the fused kernel's register forms)
+// and k = 2, 4, 8, 10; out and hidden bitwise the CPU twin's, normed within its norm tolerance.
 TEST(CudaMoe, CombineAddRmsNormIsTheCombineThenTheNorm) {
   PAGELLM_GPU_OR_SKIP(gpu);
   CpuBackend cpu;
   Rng rng(23);
-  const int64_t experts = 32, top_k = 4;
+  const int64_t experts = 32;
   for (const DType dtype : {DType::kBF16, DType::kF32})
-    for (const int64_t hidden : {64, 1000, 2880, 9000})
+    for (const int64_t hidden : {64, 1000, 2048, 2880, 5000, 9000})
       for (const int64_t tokens : {1, 37})
-        for (const bool accumulate : {true, false}) {
-          SCOPED_TRACE(fmt::format("{} H {} T {} accumulate {}", dtype_name(dtype), hidden, tokens, accumulate));
-          Tensor ids = Tensor::cpu({tokens, top_k}, DType::kI32);
-          for (int64_t t = 0; t < tokens; ++t)  // k distinct experts, in no particular order
-            for (int64_t j = 0; j < top_k; ++j) {
-              int32_t e = static_cast<int32_t>(rng.below(experts));
-              for (int64_t i = 0; i < j; ++i)
-                if (ids.ptr<int32_t>()[t * top_k + i] == e) e = static_cast<int32_t>((e + 1) % experts), i = -1;
-              ids.ptr<int32_t>()[t * top_k + j] = e;
-            }
-          const Tensor weights = random_tensor({tokens, top_k}, DType::kF32, rng, 0.0f, 1.0f);
-          const Tensor y = random_tensor({tokens * top_k, hidden}, dtype, rng, -2, 2);
-          const Tensor out0 = random_tensor({tokens, hidden}, dtype, rng, -2, 2);
-          const Tensor hidden0 = random_tensor({tokens, hidden}, dtype, rng, -3, 3);
-          const Tensor w = random_tensor({hidden}, dtype, rng, -1.5f, 1.5f);
+        for (const bool accumulate : {true, false})
+          for (const int64_t top_k : {2, 4, 8, 10}) {
+            SCOPED_TRACE(
+                fmt::format("{} H {} T {} accumulate {} k {}", dtype_name(dtype), hidden, tokens, accumulate, top_k));
+            Tensor ids = Tensor::cpu({tokens, top_k}, DType::kI32);
+            for (int64_t t = 0; t < tokens; ++t)  // k distinct experts, in no particular order
+              for (int64_t j = 0; j < top_k; ++j) {
+                int32_t e = static_cast<int32_t>(rng.below(experts));
+                for (int64_t i = 0; i < j; ++i)
+                  if (ids.ptr<int32_t>()[t * top_k + i] == e) e = static_cast<int32_t>((e + 1) % experts), i = -1;
+                ids.ptr<int32_t>()[t * top_k + j] = e;
+              }
+            const Tensor weights = random_tensor({tokens, top_k}, DType::kF32, rng, 0.0f, 1.0f);
+            const Tensor y = random_tensor({tokens * top_k, hidden}, dtype, rng, -2, 2);
+            const Tensor out0 = random_tensor({tokens, hidden}, dtype, rng, -2, 2);
+            const Tensor hidden0 = random_tensor({tokens, hidden}, dtype, rng, -3, 3);
+            const Tensor w = random_tensor({hidden}, dtype, rng, -1.5f, 1.5f);
 
-          Tensor want_out = reshaped(out0, out0.shape()), want_hidden = reshaped(hidden0, hidden0.shape());
-          Tensor want_normed = Tensor::cpu({tokens, hidden}, dtype);
-          cpu.moe_combine_add_rms_norm(want_out.view(), want_hidden.view(), want_normed.view(), y.view(), ids.view(),
-                                       weights.view(), accumulate, cuda_test::converted(w, DType::kF32).view(), 1e-6f,
-                                       NormWeight::kPlain);
+            Tensor want_out = reshaped(out0, out0.shape()), want_hidden = reshaped(hidden0, hidden0.shape());
+            Tensor want_normed = Tensor::cpu({tokens, hidden}, dtype);
+            cpu.moe_combine_add_rms_norm(want_out.view(), want_hidden.view(), want_normed.view(), y.view(), ids.view(),
+                                         weights.view(), accumulate, cuda_test::converted(w, DType::kF32).view(), 1e-6f,
+                                         NormWeight::kPlain);
 
-          const Tensor y_dev = cuda_test::to_device(*gpu, y.view()), ids_dev = cuda_test::to_device(*gpu, ids.view());
-          const Tensor weights_dev = cuda_test::to_device(*gpu, weights.view()), w_dev = cuda_test::to_device(*gpu, w.view());
-          auto run = [&](bool fused) {
-            Tensor poison = Tensor::cpu({tokens, hidden}, dtype);
-            attention_test::fill_nan(poison);
-            std::vector<Tensor> t = {cuda_test::to_device(*gpu, out0.view()), cuda_test::to_device(*gpu, hidden0.view()),
-                                     cuda_test::to_device(*gpu, poison.view())};  // out, hidden, normed
-            if (fused) {
-              gpu->moe_combine_add_rms_norm(t[0].view(), t[1].view(), t[2].view(), y_dev.view(), ids_dev.view(),
-                                            weights_dev.view(), accumulate, w_dev.view(), 1e-6f, NormWeight::kPlain);
-            } else {
-              gpu->moe_combine(t[0].view(), y_dev.view(), ids_dev.view(), weights_dev.view(), accumulate);
-              gpu->add_rms_norm(t[1].view(), t[2].view(), t[0].view(), w_dev.view(), 1e-6f, NormWeight::kPlain);
-            }
-            for (Tensor& x : t) x = cuda_test::to_host(*gpu, x.view());
-            return t;
-          };
-          const std::vector<Tensor> fused = run(true), apart = run(false);
-          for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(apart[static_cast<size_t>(i)], fused[static_cast<size_t>(i)])) << "output " << i;
-          EXPECT_TRUE(same_bits(want_out, fused[0])) << "out vs cpu";
-          EXPECT_TRUE(same_bits(want_hidden, fused[1])) << "hidden vs cpu";
-          EXPECT_EQ(compare_tensors(want_normed, fused[2], ulps(dtype, 2).rel, 1e-5), "") << "normed vs cpu";
-        }
+            const Tensor y_dev = cuda_test::to_device(*gpu, y.view()), ids_dev = cuda_test::to_device(*gpu, ids.view());
+            const Tensor weights_dev = cuda_test::to_device(*gpu, weights.view());
+            const Tensor w_dev = cuda_test::to_device(*gpu, w.view());
+            auto run = [&](bool fused) {
+              Tensor poison = Tensor::cpu({tokens, hidden}, dtype);
+              attention_test::fill_nan(poison);
+              std::vector<Tensor> t = {cuda_test::to_device(*gpu, out0.view()),  // out, hidden, normed
+                                       cuda_test::to_device(*gpu, hidden0.view()),
+                                       cuda_test::to_device(*gpu, poison.view())};
+              if (fused) {
+                gpu->moe_combine_add_rms_norm(t[0].view(), t[1].view(), t[2].view(), y_dev.view(), ids_dev.view(),
+                                              weights_dev.view(), accumulate, w_dev.view(), 1e-6f, NormWeight::kPlain);
+              } else {
+                gpu->moe_combine(t[0].view(), y_dev.view(), ids_dev.view(), weights_dev.view(), accumulate);
+                gpu->add_rms_norm(t[1].view(), t[2].view(), t[0].view(), w_dev.view(), 1e-6f, NormWeight::kPlain);
+              }
+              for (Tensor& x : t) x = cuda_test::to_host(*gpu, x.view());
+              return t;
+            };
+            const std::vector<Tensor> fused = run(true), apart = run(false);
+            for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(apart[i], fused[i])) << "output " << i;
+            EXPECT_TRUE(same_bits(want_out, fused[0])) << "out vs cpu";
+            EXPECT_TRUE(same_bits(want_hidden, fused[1])) << "hidden vs cpu";
+            EXPECT_EQ(compare_tensors(want_normed, fused[2], ulps(dtype, 2).rel, 1e-5), "") << "normed vs cpu";
+          }
 }
 
 // A token's output does not depend on the batch around it: token 5 of `big` alone, and in batches of

@@ -375,7 +375,8 @@ TEST(CudaOps, AddGatherRmsNormEqualsAddGatherThenNorm) {
       for (const std::vector<int32_t>& gather : gathers) {
         const int64_t tokens = 37, num_rows = static_cast<int64_t>(gather.size());
         SCOPED_TRACE(fmt::format("{} d{} rows {}", dtype_name(dtype), d, num_rows));
-        const Tensor hidden = random_tensor({tokens, d}, dtype, rng, -3, 3), delta = random_tensor({tokens, d}, dtype, rng, -3, 3);
+        const Tensor hidden = random_tensor({tokens, d}, dtype, rng, -3, 3);
+        const Tensor delta = random_tensor({tokens, d}, dtype, rng, -3, 3);
         const Tensor w = random_tensor({d}, dtype, rng, -1.5f, 1.5f);
         Tensor rows = Tensor::cpu({num_rows}, DType::kI32);
         std::memcpy(rows.view().data, gather.data(), gather.size() * sizeof(int32_t));
@@ -386,8 +387,8 @@ TEST(CudaOps, AddGatherRmsNormEqualsAddGatherThenNorm) {
         const Tensor w_dev = to_device(*gpu, w.view()), delta_dev = to_device(*gpu, delta.view());
         const Tensor rows_dev = to_device(*gpu, rows.view());
         Tensor fused_hidden = to_device(*gpu, hidden.view()), fused = poisoned(*gpu, {num_rows, d}, dtype);
-        gpu->add_gather_rms_norm(fused.view(), fused_hidden.view(), delta_dev.view(), rows_dev.view(), w_dev.view(), 1e-6f,
-                                 NormWeight::kPlain);
+        gpu->add_gather_rms_norm(fused.view(), fused_hidden.view(), delta_dev.view(), rows_dev.view(), w_dev.view(),
+                                 1e-6f, NormWeight::kPlain);
         Tensor plain_hidden = to_device(*gpu, hidden.view()), plain = poisoned(*gpu, {num_rows, d}, dtype);
         gpu->add(plain_hidden.view(), plain_hidden.view(), delta_dev.view());
         gpu->embedding(plain.view(), plain_hidden.view(), rows_dev.view());

@@ -1078,7 +1078,8 @@ void CudaBackend::add_gather_rms_norm(TensorView last, TensorView hidden, const 
   const char* op = "add_gather_rms_norm";
   const cuda::Rows out = rows_of(last, op, "last"), h = rows_of(hidden, op, "hidden"), d = rows_of(delta, op, "delta");
   check_same_rows(h, d, op);
-  CHECK_MSG(out.row_size == h.row_size, "[cuda] {}: last rows of {} for hidden rows of {}", op, out.row_size, h.row_size);
+  CHECK_MSG(out.row_size == h.row_size, "[cuda] {}: last rows of {} for hidden rows of {}", op, out.row_size,
+            h.row_size);
   check_dtype(last, hidden.dtype, op, "last");
   check_dtype(delta, hidden.dtype, op, "delta");
   check_norm_weight(w, hidden.dtype, h.row_size, op);
