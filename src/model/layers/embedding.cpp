@@ -7,11 +7,6 @@ void TokenEmbedding::forward(Backend& backend, TensorView out, const TensorView&
   if (scale != 1.0f) backend.scale(out, out, scale);
 }
 
-void LmHead::forward(Backend& backend, TensorView logits, TensorView last) const {
-  final_norm.forward(backend, last, last);
-  project(backend, logits, last);
-}
-
 void LmHead::forward_rows(Backend& backend, TensorView logits, TensorView last, TensorView hidden,
                           const TensorView& delta, const TensorView& rows) const {
   backend.add_gather_rms_norm(last, hidden, delta, rows, final_norm.weight, final_norm.eps, final_norm.mode);

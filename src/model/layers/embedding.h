@@ -21,10 +21,8 @@ struct LmHead {
   Tensor weight;             // [V, H]; the embedding table when tied
   float final_softcap = 0.0f;  // 0 = off
 
-  // logits[R, V] = head(final_norm(last[R, H])); normalises `last` in place.
-  void forward(Backend& backend, TensorView logits, TensorView last) const;
-  // The same from the residual stream before its last add: last[r] = final_norm(hidden[rows[r]] +
-  // delta[rows[r]]) in one op (Backend::add_gather_rms_norm; hidden's rows are left unspecified), then
+  // From the residual stream before its last add: last[r] = final_norm(hidden[rows[r]] + delta[rows[r]])
+  // in one op (Backend::add_gather_rms_norm; hidden's rows are left unspecified), then
   // logits[R, V] = head(last).
   void forward_rows(Backend& backend, TensorView logits, TensorView last, TensorView hidden, const TensorView& delta,
                     const TensorView& rows) const;
