@@ -205,7 +205,8 @@ void DecoderModel::forward(const StepBatch& batch, const CacheViews& caches, Ten
     // A MoE block's combine takes the residual add and the next block's norm along where nothing comes
     // between them (no all-reduce, no sandwich norm).
     if (layer.moe && next_norm != nullptr && comm_ == nullptr && !layer.post_ffn_norm.defined()) {
-      moe_ffn_->forward(*layer.moe, normed, proj, MoeFfn::ResidualNorm{hidden, normed, next_norm});
+      const MoeFfn::ResidualNorm then{hidden, normed, next_norm};
+      moe_ffn_->forward(*layer.moe, normed, proj, &then);
       continue;
     }
     if (layer.moe) moe_ffn_->forward(*layer.moe, normed, proj);

@@ -132,13 +132,7 @@ void MoeFfn::shared_swiglu(const SwiGluWeights& w, const TensorView& x, TensorVi
   w.down.forward(backend_, y, act);
 }
 
-void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out) { run(w, normed, out, nullptr); }
-
-void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out, const ResidualNorm& then) {
-  run(w, normed, out, &then);
-}
-
-void MoeFfn::run(const MoeWeights& w, const TensorView& normed, TensorView out, const ResidualNorm* then) {
+void MoeFfn::forward(const MoeWeights& w, const TensorView& normed, TensorView out, const ResidualNorm* then) {
   const int64_t num_tokens = normed.size(0), num_experts = config_.num_experts;
   const int64_t top_k = config_.num_experts_per_tok, pairs = num_tokens * top_k;
   // The shared expert writes `out` first and the routed experts add into it; without one the combine

@@ -87,13 +87,11 @@ class MoeFfn {
     TensorView normed;
     const layers::RmsNorm* norm = nullptr;
   };
-  // out[T, H] = MoE(normed[T, H]).
-  void forward(const MoeWeights& weights, const TensorView& normed, TensorView out);
-  // The same, then `then` (Backend::moe_combine_add_rms_norm).
-  void forward(const MoeWeights& weights, const TensorView& normed, TensorView out, const ResidualNorm& then);
+  // out[T, H] = MoE(normed[T, H]), then `then` where given (Backend::moe_combine_add_rms_norm).
+  void forward(const MoeWeights& weights, const TensorView& normed, TensorView out,
+               const ResidualNorm* then = nullptr);
 
  private:
-  void run(const MoeWeights& weights, const TensorView& normed, TensorView out, const ResidualNorm* then);
   // The shared expert's SwiGLU over `x` into y.
   void shared_swiglu(const SwiGluWeights& weights, const TensorView& x, TensorView y);
 

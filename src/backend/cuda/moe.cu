@@ -439,8 +439,9 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
 // tile's x rows its B operand (x row g in lane (g, t)), so each 16-byte piece of x feeds two weight
 // rows and no operand holds zero padding (with x as A, half of A was zero rows: twice the mma per
 // weight byte, and ~6 register moves per mma to place the zeros; ncu counted 211 instructions per
-// 512 bytes of MXFP4 weights, 17% of them moves, and the kernel ran at 0.9 TB/s). Each product is the tiled kernel's, element for element: the same k of every piece
-// meet in the same mma in the same order, only the roles of A and B are swapped.
+// 512 bytes of MXFP4 weights, 17% of them moves, and the kernel ran at 0.9 TB/s). Each product is the
+// tiled kernel's, element for element: the same k of every piece meet in the same mma in the same
+// order, only the roles of A and B are swapped.
 // The block stages its tile's x rows (all of K) in shared memory once, after issuing its first
 // weight loads: only the first staged_rows rows (a tile holds at most as many pairs as the step
 // has), so that a batch of one stages one row and the blocks fit the SM by registers, not by x.
