@@ -34,6 +34,7 @@ KernelOptions KernelOptions::from_environment() {
   options.gdn_chunked = !switched("PAGELLM_CUDA_GDN_CHUNKED", "0");
   options.gdn_chunked_min_tokens = positive_number("PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS");
   options.moe_tiled_min_rows = positive_number("PAGELLM_CUDA_MOE_TILED_MIN_ROWS");
+  options.moe_k_segments = positive_number("PAGELLM_CUDA_MOE_K_SEGMENTS");
   return options;
 }
 

@@ -23,6 +23,9 @@ struct KernelOptions {
   int64_t moe_tiled_min_rows = 0;       // PAGELLM_CUDA_MOE_TILED_MIN_ROWS=N (>= 1): MoE expert products whose
                                         // grouped rows (tile capacity x 8) reach N take the tiled kernel, the
                                         // rest the decode one (the same bits); 0: the kernel's own (above 2,048)
+  int64_t moe_k_segments = 0;           // PAGELLM_CUDA_MOE_K_SEGMENTS=N (>= 1): MoE expert products cut K into
+                                        // min(N, 2) segments (a pair's bits change with it); 0: the kernels'
+                                        // own rule (two from 16 super-steps of 128 on)
 
   // The defaults with the switches above applied ("0" turns a path off, "1" forces the partitions);
   // a switch set to anything else leaves its default.

@@ -262,24 +262,43 @@ TEST(CudaMoe, TiledKernelAtModelExpertCountsIsBatchInvariant) {
 // each): the gate_up outputs and the layer's output are the decode kernel's bits, at the released
 // models' expert counts (T = 64 of gpt-oss's 32 experts top 4: the decode kernel's two-tile blocks)
 // and for 300 tokens on 2 experts top 2 (runs of 38 tiles: the two-tile blocks find where their run
-// starts over more than one round of 32 tiles).
+// starts over more than one round of 32 tiles). K whole, and in 2 segments (moe_k_segments: gate_up's
+// K = 576 in segments of 4 + 1 super-steps, K = 1,088 in 8 + 1; the decode kernel gives each segment
+// a warp, the tiled one keeps the first segment's sums in its scratch); and K = 2,112 (17 super-steps:
+// two segments by the kernels' own rule, as released models' K of 2,048 and 2,880).
 TEST(CudaMoe, TiledKernelAtDecodeBatchesGivesTheDecodeKernelsBits) {
   PAGELLM_GPU_OR_SKIP(gpu);
   struct Shape {
-    int64_t tokens, experts, top_k;
+    int64_t tokens, experts, top_k, hidden = 576;
   };
-  for (const bool gpt_oss : {false, true})
-    for (const Shape s : {Shape{1, 0, 0}, Shape{7, 0, 0}, Shape{64, 0, 0}, Shape{300, 2, 2}}) {
-      const int64_t experts = s.experts > 0 ? s.experts : gpt_oss ? 32 : 128;
-      const int64_t top_k = s.top_k > 0 ? s.top_k : gpt_oss ? 4 : 8;
-      const MoeCase c = make_case(s.tokens, DType::kBF16, gpt_oss, 23, 576, 288, experts, top_k);
-      const MoeRun decode = run_grouped(*gpu, c);
-      const cuda_test::ScopedKernelOptions tiled(*gpu, [](KernelOptions& o) { o.moe_tiled_min_rows = 1; });
-      const MoeRun all_tiled = run_grouped(*gpu, c);
-      const std::string what = fmt::format("gpt_oss {} T {} experts {}", gpt_oss, s.tokens, experts);
-      EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, " << what;
-      EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, " << what;
-    }
+  for (const int64_t segments : {0, 1, 2})
+    for (const bool gpt_oss : {false, true})
+      for (const Shape s : {Shape{1, 0, 0}, Shape{7, 0, 0}, Shape{64, 0, 0}, Shape{300, 2, 2}, Shape{1, 0, 0, 1088},
+                            Shape{7, 0, 0, 1088}, Shape{300, 2, 2, 1088}, Shape{1, 0, 0, 2112}, Shape{7, 0, 0, 2112}}) {
+        if (s.hidden == 2112 && segments != 0) continue;
+        const int64_t experts = s.experts > 0 ? s.experts : gpt_oss ? 32 : 128;
+        const int64_t top_k = s.top_k > 0 ? s.top_k : gpt_oss ? 4 : 8;
+        const MoeCase c = make_case(s.tokens, DType::kBF16, gpt_oss, 23, s.hidden, 288, experts, top_k);
+        const std::string what = fmt::format("gpt_oss {} T {} experts {} hidden {} segments {}", gpt_oss, s.tokens,
+                                             experts, s.hidden, segments);
+        std::optional<MoeRun> whole;
+        if (segments != 1) {
+          const cuda_test::ScopedKernelOptions one(*gpu, [](KernelOptions& o) { o.moe_k_segments = 1; });
+          whole = run_grouped(*gpu, c);
+        }
+        const cuda_test::ScopedKernelOptions cut(*gpu, [&](KernelOptions& o) { o.moe_k_segments = segments; });
+        const MoeRun decode = run_grouped(*gpu, c);
+        // Segments change only the order of one f32 sum: a few ulps from K whole (a segment left out or
+        // counted twice would be far off).
+        if (whole) {
+          const double rel = ulps(DType::kBF16, 4).rel;
+          EXPECT_EQ(compare_tensors(whole->act, decode.act, rel, rel * 0.1), "") << "gate_up against K whole, " << what;
+        }
+        const cuda_test::ScopedKernelOptions tiled(*gpu, [](KernelOptions& o) { o.moe_tiled_min_rows = 1; });
+        const MoeRun all_tiled = run_grouped(*gpu, c);
+        EXPECT_TRUE(same_bits(decode.act, all_tiled.act)) << "gate_up, " << what;
+        EXPECT_TRUE(same_bits(decode.out, all_tiled.out)) << "out, " << what;
+      }
 }
 
 // Every e2m1 code under e8m0 scales from 2^-117 to 2^123 (the fast conversion from 16 up, the exact
@@ -360,8 +379,8 @@ std::vector<Tensor> expert_gemm_weights(Backend& gpu, const ExpertGemmShape& sha
 // us per grouped expert GEMM at decode batches (1, 16, 64 tokens routed by random logits, top k), on
 // gpt-oss-20b's MXFP4 experts (top 4 of 32) and Qwen3-30B-A3B's bf16 ones (top 8 of 128), the weights
 // cycling through copies past the L2 (a step reads each layer's experts once): the kernel alone, in
-// seconds instead of a model's minutes. Bytes: the chosen experts' weights, scales and biases.
-// Prints; asserts only that the products ran.
+// seconds instead of a model's minutes; K by the kernels' rule, whole and in 2 segments (moe_k_segments).
+// Bytes: the chosen experts' weights, scales and biases. Prints; asserts only that the products ran.
 TEST(CudaMoe, PrintsDecodeExpertGemmTime) {
   PAGELLM_GPU_OR_SKIP(gpu);
   struct Model {
@@ -380,7 +399,9 @@ TEST(CudaMoe, PrintsDecodeExpertGemmTime) {
       // 8 copies: a batch of one reads 4 or 8 experts of each (33 or 50 MB), 264 MB or more in all.
       const auto copies = cuda_test::bench_copies(*gpu, expert_gemm_weights(*gpu, *shape), 8);
       const int64_t out_width = shape->fused_act ? shape->n / 2 : shape->n;
-      for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+      for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}})
+      for (const int64_t segments : {0, 1, 2}) {
+        const cuda_test::ScopedKernelOptions cut(*gpu, [&](KernelOptions& o) { o.moe_k_segments = segments; });
         const int64_t pairs = tokens * m.top_k, tiles = moe_max_tiles(pairs, shape->experts);
         Rng rng(static_cast<uint64_t>(tokens));
         const Tensor logits = cuda_test::to_device(
@@ -410,8 +431,9 @@ TEST(CudaMoe, PrintsDecodeExpertGemmTime) {
         double expert_bytes = 0;
         for (const Tensor& t : copies.front()) expert_bytes += static_cast<double>(t.nbytes()) / shape->experts;
         const double bytes = expert_bytes * static_cast<double>(experts_used);
-        std::printf("[moe expert gemm] %s, %ld tokens (%ld experts): %.2f us (%.0f GB/s)\n", shape->name,
-                    static_cast<long>(tokens), static_cast<long>(experts_used), us, bytes / us / 1e3);
+        std::printf("[moe expert gemm] %s, %ld tokens (%ld experts), K segments %s: %.2f us (%.0f GB/s)\n",
+                    shape->name, static_cast<long>(tokens), static_cast<long>(experts_used),
+                    segments == 0 ? "by rule" : std::to_string(segments).c_str(), us, bytes / us / 1e3);
         EXPECT_GT(us, 0.0) << shape->name << ", " << tokens << " tokens";
       }
     }

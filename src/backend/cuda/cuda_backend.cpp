@@ -315,6 +315,8 @@ class CudaBackend final : public Backend {
   uint64_t w8a8_workspace_captures_ = 0;  // num_captures_ when it was allocated
   uint64_t num_captures_ = 0;                // capture() calls so far
   Tensor attention_partials_;  // grow-only scratch of split attention, f32
+  Tensor moe_fold_scratch_;    // the tiled expert GEMM's running sums of K segments (f32, fixed size)
+  uint64_t moe_fold_scratch_captures_ = 0;
   Tensor gdn_chunk_scratch_;   // grow_only scratch of the chunked delta rule (f32)
   uint64_t gdn_chunk_scratch_captures_ = 0;
   Tensor argmax_scratch_, argmax_values_;  // [rows * kArgmaxScratchPerRow] i64 / f32, grow-only
@@ -1349,6 +1351,11 @@ void CudaBackend::moe_expert_gemm(TensorView out, const TensorView& x, const Moe
   args.act = act.value_or(Activation::kSilu);
   args.mxfp4_fast_scales =
       w.mxfp4() && w.scale_min >= cuda::kMxfp4FastScaleMin && w.scale_max <= cuda::kMxfp4FastScaleMax;
+  args.k_segment_steps = cuda::moe_k_segment_steps(k, kernel_options_.moe_k_segments);
+  if (args.k_segment_steps > 0)
+    args.fold_scratch = static_cast<float*>(grow_only(moe_fold_scratch_, moe_fold_scratch_captures_,
+                                                      static_cast<size_t>(cuda::moe_fold_scratch_bytes(num_sms_)),
+                                                      op, "expert GEMM fold"));
   CUDA_CHECK(cuda::launch_moe_expert_gemm(x.dtype, args, num_sms_, kernel_options_.moe_tiled_min_rows, stream()));
 }
 

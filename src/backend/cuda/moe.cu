@@ -5,8 +5,9 @@
 // moe_expert_gemm has two tensor-core kernels with one arithmetic (read "The arithmetic both
 // tensor-core kernels share" below), so a pair's output is the same bits alone or in any batch:
 // moe_gemv_kernel for decode-sized batches (a warp streams 16 weight rows of one expert over all of
-// K, as the mma's A operand, for one tile of up to 8 pairs, or two tiles of one expert where the
-// experts hold a tile of pairs on average: only the chosen experts are read, once per block) and
+// K, or at batch 1 over one of K's two segments, as the mma's A operand, for one tile of up to 8
+// pairs, or two tiles of one expert where the experts hold a tile of pairs on average: only the
+// chosen experts are read, once per block) and
 // moe_gemm_tiled_kernel above kSharedWeightsMinRows grouped rows (a persistent block an SM: 256
 // weight rows of one expert times up to 16 of its tiles, both staged through shared memory with
 // cp.async). With the activation fused (gate_up), both kernels' 16-row groups are 8 gate rows
@@ -348,11 +349,22 @@ __device__ __forceinline__ bool fast_scale(uint32_t e) { return e >= kMxfp4FastS
 // and whatever else the batch holds: K is walked in super-steps of 128; in a warp, lane (g, t) holds
 // the 32 k at k0 + 32 t (one MXFP4 scale group) of weight row g of the warp's 8 and of x row g of a
 // tile, as four pieces of 8 elements; piece u feeds two m16n8k16 mma (its elements 0..3, then 4..7:
-// the same permutation of k for A and B, see gemv.cu). Each output is one f32 chain over all of K,
-// super-steps ascending, pieces in order; the tensor core computes each row from its own A row, so
-// the other rows of a tile (or a second tile in rows 8..15) do not change it.
+// the same permutation of k for A and B, see gemv.cu). Each output is one f32 chain over each segment
+// of K, super-steps ascending, pieces in order; the tensor core computes each row from its own A row,
+// so the other rows of a tile (or a second tile in rows 8..15) do not change it.
+// K may be cut into segments of MoeGemmArgs::k_segment_steps super-steps (a multiple of 4, so that no
+// batch of the decode kernel's loads straddles two): each segment's chain starts from zero and the
+// output is the segments' chains added in ascending order, ((s0 + s1) + s2) + ...; the decode kernel
+// then gives each segment a warp of its own at small batches (twice the warps for the same weights:
+// at batch 1 a launch had ~11 warps an SM, each a chain of 23 dependent super-steps), the tiled kernel
+// keeps the running sum of its earlier segments in a per-thread scratch (fold_gemm_sums; prefill of
+// gpt-oss-20b 8 layers, 16 x 256 and 4 x 2,048 tokens, 3-4% slower for it).
 constexpr int kSuperK = 128;
 constexpr int kSuperPieces = 16;  // 16-byte pieces of an x row per super-step
+
+__device__ __forceinline__ int segment_steps(const MoeGemmArgs& a, int steps) {
+  return a.k_segment_steps > 0 ? a.k_segment_steps : steps;
+}
 
 // One lane's weights of one super-step as loaded: 4 pieces of T, or 16 bytes of nibbles + a scale.
 template <typename T, bool kMxfp4>
@@ -450,6 +462,11 @@ __device__ __forceinline__ void store_pair_row(const MoeGemmArgs& a, int expert,
 // 64-bit row and scale-block arithmetic of every load was ~25 instructions a step).
 constexpr int kGemvWarps = 4;
 constexpr int kGemvRows = 16;  // weight rows per warp
+// K in two segments from this many super-steps on (moe_k_segment_steps' rule); at most kMaxKSegments;
+// a warp a segment where that makes at most kSplitWarpsPerSm warps an SM.
+constexpr int64_t kSplitKMinSteps = 16;
+constexpr int kMaxKSegments = 2;
+constexpr int kSplitWarpsPerSm = 32;
 template <bool kMxfp4>
 constexpr int kGemvBatch = kMxfp4 ? 2 : 1;  // super-steps a batch: 64 / 128 bytes a lane
 
@@ -530,9 +547,18 @@ struct RowPairStream {
 };
 
 // The batch's super-steps; those of a batch wholly inside K (a warp-uniform test) unpredicated.
+// From end_step on zeros, not loads (the warp's range ends there: a later segment is another warp's);
+// assigned all the same, so the registers' old values are not kept live across the call.
 template <typename T, bool kMxfp4, int kBatch>
 __device__ __forceinline__ void load_row_pair_batch(RowPairStep<T, kMxfp4> (&w)[kBatch],
-                                                    const RowPairStream<T, kMxfp4>& stream, int first_step) {
+                                                    const RowPairStream<T, kMxfp4>& stream, int first_step,
+                                                    int end_step) {
+  if (first_step >= end_step) {  // warp-uniform
+    w[0] = {};
+#pragma unroll
+    for (int b = 1; b < kBatch; ++b) w[b] = w[0];
+    return;
+  }
   if ((first_step + kBatch) * kSuperK <= stream.k) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) stream.load_inside(w[b], first_step + b);
@@ -649,10 +675,14 @@ __device__ __forceinline__ int expert_run_start(const int32_t* __restrict__ tile
 template <int kTiles>
 constexpr int kGemvBlockWarps = kGemvWarps * kTiles;
 
-template <typename T, bool kMxfp4, int kTiles, bool kFastScales = false>
-__global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
-    moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows) {
-  extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces]
+// K in segments, split_warps > 1 (launches of few warps: batch 1): a row group's segments go to that
+// many consecutive warps of the block, whose sums the group's first warp adds in segment order
+// through shared memory (twice the warps for the same weights; gpt-oss-20b at batch 1, H200: gate_up
+// 23.9 -> 22.6 us, down 16.0 -> 14.9 us). split_warps = 1: each warp walks its segments one after
+// another, adding their sums as it goes. The same bits either way.
+template <typename T, bool kMxfp4, int kTiles, bool kFastScales>
+__device__ __forceinline__ void moe_gemv(const MoeGemmArgs& a, int row_pieces, int staged_rows, int split_warps) {
+  extern __shared__ uint4 x_rows[];  // [staged_rows][row_pieces], then the segments' sums
   const int tile = static_cast<int>(blockIdx.x);
   const int expert = a.tile_experts[tile];
   if (expert < 0) return;  // block-uniform: used tiles come first
@@ -663,15 +693,18 @@ __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
   }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvBlockWarps<kTiles> + warp;
+  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK), segment = segment_steps(a, steps);
+  const int part = warp % split_warps;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * kGemvBlockWarps<kTiles> + warp / split_warps;
   const GemvRows rows = gemv_weight_rows(a, group, g);
   const RowPairStream<T, kMxfp4> stream(a, expert, rows, t);
-  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
+  const int begin = split_warps > 1 ? part * segment : 0;  // the warp's super-steps [begin, end)
+  const int end = split_warps > 1 ? min(steps, begin + segment) : steps;
   constexpr int kBatch = kGemvBatch<kMxfp4>;
   // Two batches of weights in registers: the next one is in flight while this one is multiplied
   // (at batch 1 a launch has ~6-12 warps an SM, too few to cover the memory latency by turns).
   RowPairStep<T, kMxfp4> w0[kBatch], w1[kBatch];
-  load_row_pair_batch(w0, stream, 0);
+  load_row_pair_batch(w0, stream, begin, end);
 
   // A tile's pairs fill its rows from the first (moe_group), and there are at most as many as the
   // step's pairs: rows from staged_rows on are empty. 32-bit index math (a 64-bit division per piece
@@ -708,20 +741,64 @@ __global__ void __launch_bounds__(kGemvBlockWarps<kTiles> * 32)
     const int r = j * kTileRows + g;
     tile_x[j] = j < tiles && tile_pairs[r] >= 0 ? x_rows + r * row_pieces : nullptr;
   }
-  float c[kTiles][4] = {};
-  for (int s0 = 0; s0 < steps; s0 += 2 * kBatch) {
-    load_row_pair_batch(w1, stream, s0 + kBatch);
-    multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w0, tile_x, tiles, s0, steps, t);
-    load_row_pair_batch(w0, stream, s0 + 2 * kBatch);
-    multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w1, tile_x, tiles, s0 + kBatch, steps, t);
+  // No shared memory beyond the x rows (with a slot of sums a warp after them, the launches at batch 16
+  // and 64 needed the next shared-memory carveout, whose smaller L1 made them 20-40% slower): a walking
+  // warp keeps the running sum of its segments in registers, and the split warps hand theirs over
+  // through the x rows once every warp is done with them.
+  float c[kTiles][4] = {}, sum[kTiles][4];
+  for (int first = begin; first < end; first += segment) {
+    // A segment is a whole number of iterations (moe_k_segment_steps): the loads run on into the next.
+    const int last = min(end, first + segment);
+    for (int s0 = first; s0 < last; s0 += 2 * kBatch) {
+      load_row_pair_batch(w1, stream, s0 + kBatch, end);
+      multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w0, tile_x, tiles, s0, last, t);
+      load_row_pair_batch(w0, stream, s0 + 2 * kBatch, end);
+      multiply_row_pair_batch<T, kMxfp4, kFastScales>(c, w1, tile_x, tiles, s0 + kBatch, last, t);
+    }
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sum[j][i] = first == begin ? c[j][i] : __fadd_rn(sum[j][i], c[j][i]);
+        c[j][i] = 0.0f;
+      }
+  }
+  if (split_warps > 1) {  // block-uniform: the row group's first warp adds the later segments in order
+    float* slots = reinterpret_cast<float*>(x_rows) + lane;  // [warp][kTiles * 4][32 lanes]
+    __syncthreads();                                          // every warp is done with the x rows
+    if (part > 0)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) slots[(warp * kTiles * 4 + j * 4 + i) * 32] = sum[j][i];
+    __syncthreads();
+    if (part > 0) return;
+    for (int p = 1; p < split_warps; ++p)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sum[j][i] = __fadd_rn(sum[j][i], slots[((warp + p) * kTiles * 4 + j * 4 + i) * 32]);
   }
   const RowBias bias = row_bias<T>(a, expert, rows);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (j >= tiles) break;
     const int pairs[2] = {tile_pairs[j * kTileRows + 2 * t], tile_pairs[j * kTileRows + 2 * t + 1]};
-    store_row_pair<T>(a, rows, bias, pairs, c[j]);
+    store_row_pair<T>(a, rows, bias, pairs, sum[j]);
   }
+}
+
+// At most kMaxKSegments segments, so a block has at most 2 x kGemvBlockWarps warps.
+template <typename T, bool kMxfp4, bool kFastScales = false>
+__global__ void __launch_bounds__(kGemvBlockWarps<1> * kMaxKSegments * 32)
+    moe_gemv_kernel(MoeGemmArgs a, int row_pieces, int staged_rows, int split_warps) {
+  moe_gemv<T, kMxfp4, 1, kFastScales>(a, row_pieces, staged_rows, split_warps);
+}
+template <typename T, bool kMxfp4, bool kFastScales = false>
+__global__ void __launch_bounds__(kGemvBlockWarps<2> * kMaxKSegments * 32)
+    moe_gemv2_kernel(MoeGemmArgs a, int row_pieces, int staged_rows, int split_warps) {
+  moe_gemv<T, kMxfp4, 2, kFastScales>(a, row_pieces, staged_rows, split_warps);
 }
 
 // Larger batches: a persistent grid, one block an SM, walks work items (chunk, row block). A chunk is
@@ -1115,6 +1192,46 @@ __device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const i
   }
 }
 
+// The running sum of an item's K segments, in the thread's slice of the scratch (kFoldVectors float4
+// a thread, a block's threads side by side, so each float4 of a warp is one 512-byte access): the
+// first segment's sums stored, each later one's added (sum + c, the decode kernel's order), and after
+// the last the total goes back into c. 128 sums a lane leave no registers for a second set; the
+// scratch's traffic is 1 KB a thread per segment against ~370 KB of weights an item.
+constexpr int kFoldVectors = 32;
+static_assert(sizeof(GemmWarpLayout<true>::Sums) == kFoldVectors * 16 &&
+                  sizeof(GemmWarpLayout<false>::Sums) == kFoldVectors * 16,
+              "a thread's sums fill its slice of the scratch");
+enum class FoldStep { kFirst, kMiddle, kLast };
+
+template <bool kMxfp4>
+__device__ __forceinline__ void fold_gemm_sums(typename GemmWarpLayout<kMxfp4>::Sums& c, float4* scratch,
+                                               FoldStep step) {
+  using L = GemmWarpLayout<kMxfp4>;
+  constexpr int kStride = kGemmWarps * 32;
+#pragma unroll
+  for (int j = 0; j < L::kGroups; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int m = 0; m < L::kMGroups; ++m) {
+        float(&v)[4] = c[j][h][m];
+        float4* slot = scratch + ((j * 2 + h) * L::kMGroups + m) * kStride;
+        if (step == FoldStep::kFirst) {
+          *slot = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+          const float4 sum = *slot;
+          const float4 next = make_float4(__fadd_rn(sum.x, v[0]), __fadd_rn(sum.y, v[1]), __fadd_rn(sum.z, v[2]),
+                                          __fadd_rn(sum.w, v[3]));
+          if (step == FoldStep::kLast) {
+            v[0] = next.x, v[1] = next.y, v[2] = next.z, v[3] = next.w;
+            continue;
+          }
+          *slot = next;
+        }
+        v[0] = v[1] = v[2] = v[3] = 0.0f;
+      }
+}
+
 template <typename T, bool kMxfp4, bool kFastScales = false>
 __global__ void __launch_bounds__(kGemmWarps * 32, 1)
     moe_gemm_tiled_kernel(MoeGemmArgs a, int row_blocks) {
@@ -1131,7 +1248,11 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   using L = GemmWarpLayout<kMxfp4>;
   const int warp_n = warp % L::kWarpsN, warp_m = warp / L::kWarpsN;
-  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK);
+  const int steps = static_cast<int>((a.k + kSuperK - 1) / kSuperK), segment = segment_steps(a, steps);
+  float4* fold_scratch = a.fold_scratch == nullptr ? nullptr
+                                                   : reinterpret_cast<float4*>(a.fold_scratch) +
+                                                         (static_cast<int64_t>(blockIdx.x) * kFoldVectors) *
+                                                             (kGemmWarps * 32) + tid;
   const int items = chunks * row_blocks;
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
     const int chunk = item / row_blocks, row_block = item % row_blocks;
@@ -1186,7 +1307,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
         copier.all_parts();
       copier.store_scales();
       cp_async_commit();
+      if ((s + 1) % segment == 0 && s + 1 < steps)  // block-uniform: a segment ends inside K
+        fold_gemm_sums<kMxfp4>(c, fold_scratch, s + 1 == segment ? FoldStep::kFirst : FoldStep::kMiddle);
     }
+    if (segment < steps) fold_gemm_sums<kMxfp4>(c, fold_scratch, FoldStep::kLast);
     cp_async_wait<0>();  // no copy in flight into the stages the sums take (steps past K issue none)
     __syncthreads();     // every warp is done with the last stage
     float* sums = reinterpret_cast<float*>(smem);
@@ -1374,6 +1498,20 @@ cudaError_t launch_moe_route_group(DType dtype, int32_t* topk_ids, float* topk_w
   });
 }
 
+int moe_k_segment_steps(int64_t k, int64_t requested_segments) {
+  const int64_t steps = (k + kSuperK - 1) / kSuperK;
+  const int64_t segments = std::min<int64_t>(kMaxKSegments, requested_segments > 0 ? requested_segments
+                                                                                   : steps >= kSplitKMinSteps ? 2 : 1);
+  if (segments <= 1) return 0;
+  // A multiple of 4: whole pairs of the decode kernel's load batches (2 super-steps each for MXFP4).
+  const int64_t length = ((steps + segments - 1) / segments + 3) / 4 * 4;
+  return length >= steps ? 0 : static_cast<int>(length);
+}
+
+int64_t moe_fold_scratch_bytes(int num_sms) {
+  return int64_t{std::max(num_sms, 1)} * kGemmWarps * 32 * kFoldVectors * 16;
+}
+
 cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num_sms, int64_t tiled_min_rows,
                                    cudaStream_t stream) {
   if (args.num_tiles == 0) return cudaSuccess;
@@ -1396,14 +1534,24 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   // decode step 3.79 -> 3.58 ms, 8 layers, H200). At half a tile on average few experts have two, and
   // the larger blocks cost more than they save (gpt-oss-20b batch 32: 2.92 -> 3.00 ms).
   // A tile holds at most as many pairs as the step has: a batch of one stages one x row, not eight.
+  // K in segments: a warp a segment (split_warps, at few warps) or each warp walking them all.
+  const int64_t segments =
+      args.k_segment_steps > 0 ? (steps + args.k_segment_steps - 1) / args.k_segment_steps : 1;
   const bool two_tiles = args.num_pairs >= int64_t{kTileRows} * args.num_experts &&
                          int64_t{2 * kTileRows} * row_pieces * 16 <= smem_optin_limit();
   const int gemv_tiles = two_tiles ? 2 : 1;
   const int staged_rows =
       static_cast<int>(std::min<int64_t>(int64_t{gemv_tiles} * kTileRows, std::max<int64_t>(args.num_pairs, 1)));
-  const int64_t gemv_smem = int64_t{staged_rows} * row_pieces * 16;
   const int64_t gemv_groups = args.fuse_act ? (args.n / 2 + kGemvRows / 2 - 1) / (kGemvRows / 2)
                                             : (args.n + kGemvRows - 1) / kGemvRows;
+  const int split_warps =
+      segments > 1 && args.num_tiles * gemv_groups * segments <= int64_t{kSplitWarpsPerSm} * std::max(num_sms, 1)
+          ? static_cast<int>(segments)
+          : 1;
+  const int gemv_block_warps = split_warps * (two_tiles ? kGemvBlockWarps<2> : kGemvBlockWarps<1>);
+  // The x rows; the split warps' sums (16 bytes a tile and lane) take their place after the loop.
+  const int64_t split_sums_bytes = split_warps > 1 ? int64_t{gemv_block_warps} * gemv_tiles * 32 * 16 : 0;
+  const int64_t gemv_smem = std::max(int64_t{staged_rows} * row_pieces * 16, split_sums_bytes);
   const int64_t gemm_row_blocks = (gemv_groups + kGemmGroups - 1) / kGemmGroups;
   const int64_t schedule_bytes = 3 * (int64_t{args.num_experts} + 1) * 4;
   const int64_t gemm_smem = (mxfp4 ? int64_t{kGemmStages<true>} * GemmStage<true>::kPieces
@@ -1412,7 +1560,8 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
   // its dynamic shared memory leaves kGemmStaticSmemRoom of the limit to its static arrays.
   const int64_t gemm_smem_limit = smem_optin_limit() - kGemmStaticSmemRoom;
   const bool gemm_fits = gemm_smem <= gemm_smem_limit && args.num_experts * args.n < (int64_t{1} << 31) &&
-                         (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31);
+                         (args.num_tiles + args.num_experts) * gemm_row_blocks < (int64_t{1} << 31) &&
+                         (segments == 1 || args.fold_scratch != nullptr);
   if (mma && gemv_smem <= smem_optin_limit() && gemm_fits) {
     auto launch = [&](auto gemv_kernel, auto gemv2_kernel, auto gemm_kernel, std::atomic<uint64_t>* raised) {
       const bool tiled = tiled_min_rows > 0 ? args.num_tiles * kTileRows >= tiled_min_rows
@@ -1430,30 +1579,30 @@ cudaError_t launch_moe_expert_gemm(DType dtype, const MoeGemmArgs& args, int num
       } else {
         // Raised once to the limit: each launch's size depends on K, and a smaller first K must not cap
         // the later ones.
-        const int warps = two_tiles ? kGemvBlockWarps<2> : kGemvBlockWarps<1>;
         cudaError_t e = two_tiles ? allow_dynamic_smem(gemv2_kernel, smem_optin_limit(), raised[1])
                                   : allow_dynamic_smem(gemv_kernel, smem_optin_limit(), raised[0]);
         if (e != cudaSuccess) return e;
+        const int block_groups = gemv_block_warps / split_warps;
         const dim3 grid(static_cast<unsigned>(args.num_tiles),
-                        static_cast<unsigned>((gemv_groups + warps - 1) / warps));
+                        static_cast<unsigned>((gemv_groups + block_groups - 1) / block_groups));
         if (two_tiles)
-          gemv2_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
+          gemv2_kernel<<<grid, gemv_block_warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows, split_warps);
         else
-          gemv_kernel<<<grid, warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows);
+          gemv_kernel<<<grid, gemv_block_warps * 32, gemv_smem, stream>>>(args, row_pieces, staged_rows, split_warps);
       }
       return cudaGetLastError();
     };
     static std::atomic<uint64_t> raised[4][3];
     if (dtype == DType::kF16)
-      return launch(moe_gemv_kernel<__half, false, 1>, moe_gemv_kernel<__half, false, 2>,
+      return launch(moe_gemv_kernel<__half, false>, moe_gemv2_kernel<__half, false>,
                     moe_gemm_tiled_kernel<__half, false>, raised[0]);
     if (mxfp4 && args.mxfp4_fast_scales)
-      return launch(moe_gemv_kernel<__nv_bfloat16, true, 1, true>, moe_gemv_kernel<__nv_bfloat16, true, 2, true>,
+      return launch(moe_gemv_kernel<__nv_bfloat16, true, true>, moe_gemv2_kernel<__nv_bfloat16, true, true>,
                     moe_gemm_tiled_kernel<__nv_bfloat16, true, true>, raised[3]);
     if (mxfp4)
-      return launch(moe_gemv_kernel<__nv_bfloat16, true, 1>, moe_gemv_kernel<__nv_bfloat16, true, 2>,
+      return launch(moe_gemv_kernel<__nv_bfloat16, true>, moe_gemv2_kernel<__nv_bfloat16, true>,
                     moe_gemm_tiled_kernel<__nv_bfloat16, true>, raised[1]);
-    return launch(moe_gemv_kernel<__nv_bfloat16, false, 1>, moe_gemv_kernel<__nv_bfloat16, false, 2>,
+    return launch(moe_gemv_kernel<__nv_bfloat16, false>, moe_gemv2_kernel<__nv_bfloat16, false>,
                   moe_gemm_tiled_kernel<__nv_bfloat16, false>, raised[2]);
   }
   if (groups > 65535) return cudaErrorInvalidValue;

@@ -45,7 +45,17 @@ struct MoeGemmArgs {
   bool fuse_act = false;          // out = act(gate) * up of the n = 2 * out columns
   bool mxfp4_fast_scales = false;  // every scale byte in [kMxfp4FastScaleMin, kMxfp4FastScaleMax]
   Activation act = Activation::kSilu;
+  // K in segments of this many super-steps of 128 (moe_k_segment_steps; 0: one segment): each output
+  // is the sum, in segment order, of one f32 chain a segment, in both tensor-core kernels.
+  int k_segment_steps = 0;
+  // The tiled kernel's per-thread running sums between segments: moe_fold_scratch_bytes(num_sms)
+  // bytes, needed where k_segment_steps > 0.
+  float* fold_scratch = nullptr;
 };
+// The segment length for K and a requested number of segments (0: the kernels' own rule), a function of
+// (K, the request) alone, so a pair's bits do not depend on the batch; 0 where K is one segment.
+int moe_k_segment_steps(int64_t k, int64_t requested_segments);
+int64_t moe_fold_scratch_bytes(int num_sms);
 // num_sms: the tiled kernel's persistent grid (a block an SM). tiled_min_rows: grouped rows (num_tiles x 8)
 // from which the tiled kernel runs instead of the decode one (KernelOptions::moe_tiled_min_rows; 0: the
 // kernel's own threshold). Both give the same bits.

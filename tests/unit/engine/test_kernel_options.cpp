@@ -48,15 +48,15 @@ const char* const kAll[] = {"PAGELLM_CUDA_GRAPHS",         "PAGELLM_CUDA_GEMV", 
                             "PAGELLM_CUDA_FP8_W8A8",       "PAGELLM_CUDA_DECODE_ATTENTION",
                             "PAGELLM_CUDA_PREFILL_ATTENTION", "PAGELLM_CUDA_DECODE_PARTITION_UNITS",
                             "PAGELLM_CUDA_GDN_CHUNKED",    "PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS",
-                            "PAGELLM_CUDA_MOE_TILED_MIN_ROWS"};
+                            "PAGELLM_CUDA_MOE_TILED_MIN_ROWS", "PAGELLM_CUDA_MOE_K_SEGMENTS"};
 
 // Every field as "name=value", in declaration order: one comparison names each field that differs.
 std::string fields(const KernelOptions& o) {
   return fmt::format(
       "graphs={} gemv={} quant_gemv={} fp8_w8a8={} decode_attention={} prefill_attention={} "
-      "decode_partition_units={} gdn_chunked={} gdn_chunked_min_tokens={} moe_tiled_min_rows={}",
+      "decode_partition_units={} gdn_chunked={} gdn_chunked_min_tokens={} moe_tiled_min_rows={} moe_k_segments={}",
       o.graphs, o.gemv, o.quant_gemv, o.fp8_w8a8, o.decode_attention, o.prefill_attention, o.decode_partition_units,
-      o.gdn_chunked, o.gdn_chunked_min_tokens, o.moe_tiled_min_rows);
+      o.gdn_chunked, o.gdn_chunked_min_tokens, o.moe_tiled_min_rows, o.moe_k_segments);
 }
 
 TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
@@ -65,7 +65,8 @@ TEST(KernelOptions, EmptySwitchesGiveTheFastPaths) {
   const ScopedSwitches empty(none);
   EXPECT_EQ(fields(KernelOptions::from_environment()),
             "graphs=true gemv=true quant_gemv=true fp8_w8a8=true decode_attention=true prefill_attention=true "
-            "decode_partition_units=false gdn_chunked=true gdn_chunked_min_tokens=0 moe_tiled_min_rows=0");
+            "decode_partition_units=false gdn_chunked=true gdn_chunked_min_tokens=0 moe_tiled_min_rows=0 "
+            "moe_k_segments=0");
 }
 
 TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
@@ -78,11 +79,13 @@ TEST(KernelOptions, EachSwitchTurnsItsPathAndAnEngineConfigReadsThem) {
                                  {"PAGELLM_CUDA_DECODE_PARTITION_UNITS", "1"},
                                  {"PAGELLM_CUDA_GDN_CHUNKED", "0"},
                                  {"PAGELLM_CUDA_GDN_CHUNKED_MIN_TOKENS", "7"},
-                                 {"PAGELLM_CUDA_MOE_TILED_MIN_ROWS", "64"}};
+                                 {"PAGELLM_CUDA_MOE_TILED_MIN_ROWS", "64"},
+                                 {"PAGELLM_CUDA_MOE_K_SEGMENTS", "3"}};
   const EngineConfig config;  // reads them when made
   EXPECT_EQ(fields(config.kernel_options),
             "graphs=false gemv=false quant_gemv=false fp8_w8a8=false decode_attention=false prefill_attention=false "
-            "decode_partition_units=true gdn_chunked=false gdn_chunked_min_tokens=7 moe_tiled_min_rows=64");
+            "decode_partition_units=true gdn_chunked=false gdn_chunked_min_tokens=7 moe_tiled_min_rows=64 "
+            "moe_k_segments=3");
 }
 
 TEST(KernelOptions, OtherValuesLeaveTheDefaults) {
