@@ -352,13 +352,13 @@ __device__ __forceinline__ bool fast_scale(uint32_t e) { return e >= kMxfp4FastS
 // the same permutation of k for A and B, see gemv.cu). Each output is one f32 chain over each segment
 // of K, super-steps ascending, pieces in order; the tensor core computes each row from its own A row,
 // so the other rows of a tile (or a second tile in rows 8..15) do not change it.
-// K may be cut into segments of MoeGemmArgs::k_segment_steps super-steps (a multiple of 4, so that no
-// batch of the decode kernel's loads straddles two): each segment's chain starts from zero and the
-// output is the segments' chains added in ascending order, ((s0 + s1) + s2) + ...; the decode kernel
-// then gives each segment a warp of its own at small batches (twice the warps for the same weights:
-// at batch 1 a launch had ~11 warps an SM, each a chain of 23 dependent super-steps), the tiled kernel
-// keeps the running sum of its earlier segments in a per-thread scratch (fold_gemm_sums; prefill of
-// gpt-oss-20b 8 layers, 16 x 256 and 4 x 2,048 tokens, 3-4% slower for it).
+// K may be cut in two segments of at most MoeGemmArgs::k_segment_steps super-steps (a multiple of 4,
+// so that no batch of the decode kernel's loads straddles both): each segment's chain starts from zero
+// and the output is first + second; the decode kernel then gives each segment a warp of its own at
+// small batches (twice the warps for the same weights: at batch 1 a launch had ~11 warps an SM, each a
+// chain of 23 dependent super-steps), the tiled kernel keeps the first segment's sums in a per-thread
+// scratch until the second's are done (fold_gemm_sums; prefill of gpt-oss-20b 8 layers, 16 x 256 and
+// 4 x 2,048 tokens, 3-4% slower for it).
 constexpr int kSuperK = 128;
 constexpr int kSuperPieces = 16;  // 16-byte pieces of an x row per super-step
 
@@ -1122,21 +1122,27 @@ __device__ __forceinline__ void multiply_gemm_stage(typename GemmWarpLayout<kMxf
 constexpr int kGemmSumStride = kGemmWeightRows + 8;
 static_assert(kGemmXRows * kGemmSumStride * 4 <= GemmStage<true>::kPieces * 16 * kGemmStages<true>, "sums fit");
 
-template <bool kMxfp4>
-__device__ __forceinline__ void write_gemm_sums(float* sums, const typename GemmWarpLayout<kMxfp4>::Sums& c,
-                                                int warp_n, int warp_m, int g, int t) {
+// f(j, h, m) for each of a warp's sum quads c[j][h][m] (row group j, half h, pair group m), unrolled.
+template <bool kMxfp4, typename F>
+__device__ __forceinline__ void for_each_sum_quad(F&& f) {
   using L = GemmWarpLayout<kMxfp4>;
 #pragma unroll
   for (int j = 0; j < L::kGroups; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int m = 0; m < L::kMGroups; ++m) {
-        const int slot = (warp_m * L::kMGroups + m) * 16 + g, row = warp_n * L::kRows + j * 16 + h * 8 + 2 * t;
-        *reinterpret_cast<float2*>(sums + slot * kGemmSumStride + row) = make_float2(c[j][h][m][0], c[j][h][m][1]);
-        *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) =
-            make_float2(c[j][h][m][2], c[j][h][m][3]);
-      }
+      for (int m = 0; m < L::kMGroups; ++m) f(j, h, m);
+}
+
+template <bool kMxfp4>
+__device__ __forceinline__ void write_gemm_sums(float* sums, const typename GemmWarpLayout<kMxfp4>::Sums& c,
+                                                int warp_n, int warp_m, int g, int t) {
+  using L = GemmWarpLayout<kMxfp4>;
+  for_each_sum_quad<kMxfp4>([&](int j, int h, int m) {
+    const int slot = (warp_m * L::kMGroups + m) * 16 + g, row = warp_n * L::kRows + j * 16 + h * 8 + 2 * t;
+    *reinterpret_cast<float2*>(sums + slot * kGemmSumStride + row) = make_float2(c[j][h][m][0], c[j][h][m][1]);
+    *reinterpret_cast<float2*>(sums + (slot + 8) * kGemmSumStride + row) = make_float2(c[j][h][m][2], c[j][h][m][3]);
+  });
 }
 
 // The item's outputs from the sums, 8 columns of one pair a thread at a time (one 16-byte store when
@@ -1192,44 +1198,33 @@ __device__ void store_gemm_sums(const MoeGemmArgs& a, const float* sums, const i
   }
 }
 
-// The running sum of an item's K segments, in the thread's slice of the scratch (kFoldVectors float4
-// a thread, a block's threads side by side, so each float4 of a warp is one 512-byte access): the
-// first segment's sums stored, each later one's added (sum + c, the decode kernel's order), and after
-// the last the total goes back into c. 128 sums a lane leave no registers for a second set; the
-// scratch's traffic is 1 KB a thread per segment against ~370 KB of weights an item.
+// An item's first-segment sums wait in the thread's slice of the scratch (kFoldVectors float4 a
+// thread, a block's threads side by side, so each float4 of a warp is one 512-byte access): stored
+// after the first segment (c then restarts from zero), added back after the second (first + second,
+// the decode kernel's order). 128 sums a lane leave no registers for a second set; the scratch's
+// traffic is 1 KB a thread an item against ~370 KB of weights.
 constexpr int kFoldVectors = 32;
 static_assert(sizeof(GemmWarpLayout<true>::Sums) == kFoldVectors * 16 &&
                   sizeof(GemmWarpLayout<false>::Sums) == kFoldVectors * 16,
               "a thread's sums fill its slice of the scratch");
-enum class FoldStep { kFirst, kMiddle, kLast };
+static_assert(kMaxKSegments == 2, "one fold: the first segment's sums, then their sum with the second's");
 
 template <bool kMxfp4>
 __device__ __forceinline__ void fold_gemm_sums(typename GemmWarpLayout<kMxfp4>::Sums& c, float4* scratch,
-                                               FoldStep step) {
+                                               bool first_segment_done) {
   using L = GemmWarpLayout<kMxfp4>;
-  constexpr int kStride = kGemmWarps * 32;
-#pragma unroll
-  for (int j = 0; j < L::kGroups; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int m = 0; m < L::kMGroups; ++m) {
-        float(&v)[4] = c[j][h][m];
-        float4* slot = scratch + ((j * 2 + h) * L::kMGroups + m) * kStride;
-        if (step == FoldStep::kFirst) {
-          *slot = make_float4(v[0], v[1], v[2], v[3]);
-        } else {
-          const float4 sum = *slot;
-          const float4 next = make_float4(__fadd_rn(sum.x, v[0]), __fadd_rn(sum.y, v[1]), __fadd_rn(sum.z, v[2]),
-                                          __fadd_rn(sum.w, v[3]));
-          if (step == FoldStep::kLast) {
-            v[0] = next.x, v[1] = next.y, v[2] = next.z, v[3] = next.w;
-            continue;
-          }
-          *slot = next;
-        }
-        v[0] = v[1] = v[2] = v[3] = 0.0f;
-      }
+  for_each_sum_quad<kMxfp4>([&](int j, int h, int m) {
+    float(&v)[4] = c[j][h][m];
+    float4* slot = scratch + ((j * 2 + h) * L::kMGroups + m) * (kGemmWarps * 32);
+    if (first_segment_done) {
+      *slot = make_float4(v[0], v[1], v[2], v[3]);
+      v[0] = v[1] = v[2] = v[3] = 0.0f;
+    } else {
+      const float4 first = *slot;
+      v[0] = __fadd_rn(first.x, v[0]), v[1] = __fadd_rn(first.y, v[1]);
+      v[2] = __fadd_rn(first.z, v[2]), v[3] = __fadd_rn(first.w, v[3]);
+    }
+  });
 }
 
 template <typename T, bool kMxfp4, bool kFastScales = false>
@@ -1307,10 +1302,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1)
         copier.all_parts();
       copier.store_scales();
       cp_async_commit();
-      if ((s + 1) % segment == 0 && s + 1 < steps)  // block-uniform: a segment ends inside K
-        fold_gemm_sums<kMxfp4>(c, fold_scratch, s + 1 == segment ? FoldStep::kFirst : FoldStep::kMiddle);
+      if (s + 1 == segment && segment < steps) fold_gemm_sums<kMxfp4>(c, fold_scratch, true);  // block-uniform
     }
-    if (segment < steps) fold_gemm_sums<kMxfp4>(c, fold_scratch, FoldStep::kLast);
+    if (segment < steps) fold_gemm_sums<kMxfp4>(c, fold_scratch, false);
     cp_async_wait<0>();  // no copy in flight into the stages the sums take (steps past K issue none)
     __syncthreads();     // every warp is done with the last stage
     float* sums = reinterpret_cast<float*>(smem);
